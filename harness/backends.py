@@ -1,0 +1,126 @@
+"""Attention backends: names and capabilities read from diffusers' registry, a real probe, and dispatch counting."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+from collections import Counter
+
+import torch
+
+CPU_BACKENDS = ("native", "_native_math", "_native_flash", "flex")
+
+
+def registry():
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+    return _AttentionBackendRegistry
+
+
+def all_backend_names() -> list[str]:
+    from diffusers.models.attention_dispatch import AttentionBackendName
+
+    return [member.value for member in AttentionBackendName]
+
+
+def supports_context_parallel(name: str) -> bool:
+    """diffusers' own declaration, the one `enable_parallelism` checks."""
+    return name in registry()._supports_context_parallel
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+@functools.lru_cache(maxsize=None)
+def unavailable_reason(name: str, dtype: str = "bf16", device_type: str | None = None) -> str | None:
+    """None when a tiny real call through diffusers' dispatcher succeeds here in `dtype`; otherwise why not.
+
+    Cached per process: the probe costs milliseconds, but a plan asks once per case.
+    """
+    from harness.dtypes import torch_dtype
+
+    from diffusers.models.attention_dispatch import (
+        AttentionBackendName,
+        _check_attention_backend_requirements,
+        dispatch_attention_fn,
+    )
+
+    device = torch.device(device_type) if device_type else default_device()
+    try:
+        backend = AttentionBackendName(name)
+    except ValueError:
+        return f"not an attention backend of this diffusers: {name}"
+    try:
+        _check_attention_backend_requirements(backend)
+    except RuntimeError as error:
+        return first_line(error)
+    query = torch.randn(1, 8, 2, 16, device=device)
+    try:
+        with warnings.catch_warnings(), quiet_dispatch():
+            warnings.simplefilter("ignore")
+            dispatch_attention_fn(*(query.to(torch_dtype(dtype)),) * 3, backend=backend)
+    except Exception as error:  # noqa: BLE001 - any failure of the probe is the reason to report
+        prefix = "needs CUDA: " if device.type != "cuda" else ""
+        return prefix + first_line(error)
+    return None
+
+
+@contextlib.contextmanager
+def quiet_dispatch():
+    """Probe calls must not count as dispatches of the case under test."""
+    saved = dict(_counters)
+    try:
+        yield
+    finally:
+        _counters.clear()
+        _counters.update(saved)
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".strip()
+
+
+# --- dispatch counting: which registered backend function actually ran, and how often -------------------------------
+
+_counters: Counter = Counter()
+
+
+def install_dispatch_counters() -> None:
+    """Wrap every registered backend function once per process, so every call through diffusers is counted."""
+    backends = registry()._backends
+    for name, fn in list(backends.items()):
+        if getattr(fn, "_harness_counted", False):
+            continue
+        backends[name] = _counted(getattr(name, "value", name), fn)
+
+
+def _counted(name: str, fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        _counters[name] += 1
+        return fn(*args, **kwargs)
+
+    wrapper._harness_counted = True
+    return wrapper
+
+
+def reset_dispatches() -> None:
+    _counters.clear()
+
+
+def dispatches() -> dict[str, int]:
+    return dict(sorted(_counters.items()))
+
+
+def format_dispatches(counts: dict[str, int]) -> str:
+    return " ".join(f"{name}:{count}" for name, count in sorted(counts.items()))
+
+
+def reset_active_backend() -> None:
+    """`set_attention_backend` also sets diffusers' process-global active backend; a later case must not inherit it."""
+    from diffusers.models.attention_dispatch import AttentionBackendName
+
+    registry().set_active_backend(AttentionBackendName.NATIVE)

@@ -1,0 +1,88 @@
+"""The plan: models x shapes x layouts x backends x dtypes, with what cannot run here decided up front (SKIP)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+import torch
+
+from harness import backends as backend_info
+from harness.dtypes import torch_dtype
+from harness.errors import HarnessError
+from harness.layouts import Layout, parse_layout
+from harness.zoo import get_spec
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    layout: Layout
+    backend: str
+    dtype: str
+    kind: str = "tensor"
+    shape: str = "default"
+
+    @property
+    def case_id(self) -> str:
+        model = self.model if self.shape == "default" else f"{self.model}@{self.shape}"
+        return f"{model}/{self.layout.name}/{self.backend}/{self.dtype}/{self.kind}"
+
+    @property
+    def world_size(self) -> int:
+        return self.layout.world_size
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "layout": self.layout.name, "backend": self.backend, "dtype": self.dtype,
+                "kind": self.kind, "shape": self.shape}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Case":
+        return cls(data["model"], parse_layout(data["layout"]), data["backend"], data["dtype"],
+                   data.get("kind", "tensor"), data.get("shape", "default"))
+
+
+@dataclass(frozen=True)
+class PlannedCase:
+    case: Case
+    skip_reason: str | None = None
+
+
+def max_ranks(cpu_max_ranks: int) -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else cpu_max_ranks
+
+
+def skip_reason(case: Case, rank_limit: int) -> str | None:
+    """Why this case cannot or must not run here, decided before anything launches; None if it runs."""
+    spec = get_spec(case.model)
+    layout = case.layout
+    if layout.world_size > rank_limit:
+        where = "GPUs" if torch.cuda.is_available() else "ranks allowed on CPU (cpu_max_ranks)"
+        return f"needs {layout.world_size} ranks; this machine has {rank_limit} {where}"
+    model_class = spec.model_class()
+    if layout.is_context_parallel and getattr(model_class, "_cp_plan", None) is None:
+        return f"{spec.class_name} defines no _cp_plan"
+    if layout.tp > 1 and getattr(model_class, "_tp_plan", None) is None:
+        return f"{spec.class_name} defines no _tp_plan"
+    if layout.is_context_parallel and not backend_info.supports_context_parallel(case.backend):
+        return f"diffusers does not register backend {case.backend!r} as context-parallel capable"
+    return backend_info.unavailable_reason(case.backend, case.dtype)
+
+
+def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_ranks: int = 4) -> list[PlannedCase]:
+    for dtype in dtypes:
+        torch_dtype(dtype)
+    known_backends = set(backend_info.all_backend_names())
+    for backend in backends:
+        if backend not in known_backends:
+            raise HarnessError(f"unknown backend {backend!r}; valid backends: {', '.join(sorted(known_backends))}")
+    parsed = [parse_layout(name) for name in layouts]
+    specs = [get_spec(name) for name in models]
+    limit = max_ranks(cpu_max_ranks)
+    plan = []
+    for spec, shape, layout, backend, dtype in product(specs, shapes, parsed, backends, dtypes):
+        if shape not in spec.shapes:
+            continue
+        case = Case(spec.name, layout, backend, dtype, shape=shape)
+        plan.append(PlannedCase(case, skip_reason(case, limit)))
+    return plan

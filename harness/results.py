@@ -1,0 +1,84 @@
+"""Results are data first: a `Status` enum and one serializable record per case."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+
+class Status(str, Enum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    ERROR = "ERROR"
+    SKIP = "SKIP"
+    TIMEOUT = "TIMEOUT"
+    XFAIL = "XFAIL"
+
+    @property
+    def is_bad(self) -> bool:
+        """Statuses that make `harness run` exit non-zero."""
+        return self in (Status.FAIL, Status.ERROR, Status.TIMEOUT)
+
+
+@dataclass
+class CaseResult:
+    """One planned case after running and judging; every view (CSV, Markdown, HTML) renders from these."""
+
+    case_id: str
+    model: str
+    shape: str
+    kind: str
+    layout: str
+    world_size: int
+    backend: str
+    dtype: str
+    status: Status = Status.ERROR
+    max_abs_err: float | None = None
+    mean_abs_err: float | None = None
+    max_rel_err: float | None = None
+    tolerance: float | None = None
+    baseline_err: float | None = None
+    err_ratio: float | None = None
+    nonfinite: int | None = None
+    dispatched: str = ""
+    reason: str = ""
+    seconds: float | None = None
+    peak_mem_mb: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["status"] = self.status.value
+        return {key: _finite_or_none(value) for key, value in data.items()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CaseResult":
+        names = {f.name for f in fields(cls)}
+        known = {key: value for key, value in data.items() if key in names}
+        known["status"] = Status(known.get("status", "ERROR"))
+        return cls(**known)
+
+
+def _finite_or_none(value):
+    """JSON has no NaN/Inf; the count of non-finite values is kept in its own column."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def write_results(path: Path, results: list[CaseResult], header: dict[str, Any]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"header": header, "cases": [result.to_dict() for result in results]}
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(payload, indent=1))
+    tmp.replace(path)
+
+
+def read_results(path: Path) -> tuple[dict[str, Any], list[CaseResult]]:
+    payload = json.loads(Path(path).read_text())
+    return payload.get("header", {}), [CaseResult.from_dict(case) for case in payload["cases"]]

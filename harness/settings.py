@@ -1,0 +1,101 @@
+"""Every option declared once: CLI flags, pytest options and `[tool.harness]` keys share this table.
+
+Precedence: command line > `[tool.harness]` in pyproject.toml > the default here.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+from harness.layouts import DEFAULT_LAYOUTS
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    default: Any
+    help: str
+    is_list: bool = False
+
+
+OPTIONS = {
+    option.name: option
+    for option in (
+        Option("models", ["flux", "flux2", "qwenimage"], "Models of the zoo to run, comma-separated.", True),
+        Option("layouts", list(DEFAULT_LAYOUTS), "Parallel layouts, e.g. ulysses2,ring2,ring2xulysses2,tp2.", True),
+        Option("backends", ["native", "_native_math", "_native_flash", "flex"], "Attention backends to run.", True),
+        Option("dtypes", ["fp32", "bf16"], "Dtypes to run (fp32, bf16, fp16), comma-separated.", True),
+        Option("references", "references", "Directory of the captured fp32 references."),
+        Option("report_dir", "reports", "Directory where matrix.csv, matrix.md and results.json are written."),
+        Option("known_issues", "known_issues.toml", "TOML file of known failures that become XFAIL."),
+        Option("case_timeout", 120.0, "Seconds one case may run before it is TIMEOUT and its group relaunched."),
+        Option("cpu_max_ranks", 4, "Most ranks a CPU-only machine runs; larger layouts are SKIP."),
+        Option("budget_factor", 1.25, "Low precision: a layout may add at most this factor over the dtype's own error."),
+    )
+}
+
+DEFAULT_TOLERANCES = {"fp32": 1e-5, "bf16": 5e-2, "fp16": 1e-2}
+
+
+@dataclass
+class Settings:
+    values: dict[str, Any]
+    tolerances: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    root: Path = Path(".")
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def path(self, name: str) -> Path:
+        value = Path(self.values[name])
+        return value if value.is_absolute() else self.root / value
+
+    def tolerance(self, dtype: str) -> float:
+        return self.tolerances[dtype]
+
+
+def find_pyproject(start: Path) -> Path | None:
+    for folder in (start, *start.parents):
+        candidate = folder / "pyproject.toml"
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def load_settings(overrides: dict[str, Any] | None = None, start: Path | None = None) -> Settings:
+    """Defaults, then `[tool.harness]`, then the non-None `overrides` (from the CLI or pytest)."""
+    start = (start or Path.cwd()).resolve()
+    pyproject = find_pyproject(start)
+    table: dict[str, Any] = {}
+    if pyproject is not None:
+        try:
+            table = tomllib.loads(pyproject.read_text()).get("tool", {}).get("harness", {})
+        except tomllib.TOMLDecodeError as error:
+            raise HarnessError(f"{pyproject}: invalid TOML ({error})") from None
+    root = pyproject.parent if pyproject is not None else start
+    values = {name: option.default for name, option in OPTIONS.items()}
+    tolerances = dict(DEFAULT_TOLERANCES)
+    for key, value in table.items():
+        if key == "tolerance":
+            tolerances.update({dtype: float(v) for dtype, v in value.items()})
+        elif key.replace("-", "_") in OPTIONS:
+            values[key.replace("-", "_")] = value
+        else:
+            raise HarnessError(f"{pyproject}: unknown key [tool.harness] {key!r}; valid keys: {', '.join(OPTIONS)}")
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key] = split_list(value) if OPTIONS[key].is_list else value
+    return Settings(values, tolerances, root)
+
+
+def split_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return list(value)

@@ -1,0 +1,185 @@
+"""The torchrun entry point: every rank runs every case of its group; rank 0 measures and reports.
+
+Events go to one JSON-lines file per rank, flushed per line, so the launcher sees progress, a rank's error,
+and every finished case even if the group dies later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from harness import backends, cpu, determinism, faults
+from harness.capture import run_model
+from harness.compare import tensor_metrics
+from harness.dtypes import torch_dtype
+from harness.plan import Case
+from harness.reference import Reference, read_reference, reference_path
+from harness.zoo import get_spec
+
+
+class Worker:
+    def __init__(self, group: dict, rank: int, world_size: int):
+        self.group, self.rank, self.world_size = group, rank, world_size
+        self.device = torch.device(f"cuda:{rank % torch.cuda.device_count()}") if torch.cuda.is_available() \
+            else torch.device("cpu")
+        self.events = open(Path(group["workdir"]) / f"rank{rank}.jsonl", "a", buffering=1)
+        self.references: dict[tuple[str, str], Reference] = {}
+        self.meshes: dict[tuple, object] = {}
+        self.baselines: dict[tuple, torch.Tensor | str] = {}
+
+    def emit(self, event: str, **data) -> None:
+        self.events.write(json.dumps({"event": event, "rank": self.rank, "time": time.time(), **data}) + "\n")
+
+    def reference(self, case: Case) -> Reference:
+        key = (case.model, case.shape)
+        if key not in self.references:
+            spec = get_spec(case.model)
+            path = reference_path(Path(self.group["references"]), case.model, case.shape)
+            self.references[key] = read_reference(path, spec.config_hash())
+        return self.references[key]
+
+    def mesh(self, layout):
+        spec = layout.mesh_spec()
+        if spec is None:
+            return None
+        if spec not in self.meshes:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            self.meshes[spec] = init_device_mesh(self.device.type, spec[0], mesh_dim_names=spec[1])
+        return self.meshes[spec]
+
+    def build(self, case: Case) -> tuple[torch.nn.Module, dict]:
+        """A fresh model from the reference's fp32 weights, cast once to the case's dtype (never down and up)."""
+        reference, dtype = self.reference(case), torch_dtype(case.dtype)
+        model = get_spec(case.model).model_class()(**reference.meta["config"])
+        model.load_state_dict(reference.weights)
+        model = model.to(self.device, dtype).eval()
+        inputs = {
+            key: value.to(self.device, dtype if value.is_floating_point() else value.dtype)
+            if isinstance(value, torch.Tensor) else value
+            for key, value in reference.inputs.items()
+        }
+        model.set_attention_backend(case.backend)
+        return model, inputs
+
+    def run_case(self, case: Case) -> tuple[torch.Tensor, dict]:
+        started = time.perf_counter()
+        model, inputs = self.build(case)
+        config = case.layout.diffusers_config(mesh=self.mesh(case.layout))
+        with faults.active(self.group.get("fault")):
+            if config is not None:
+                model.enable_parallelism(config=config)
+            backends.reset_dispatches()
+            if self.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(self.device)
+                torch.cuda.synchronize(self.device)
+            forward_started = time.perf_counter()
+            output = run_model(model, inputs)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        if hasattr(output, "full_tensor"):
+            output = output.full_tensor()
+        info = {
+            "forward_s": time.perf_counter() - forward_started,
+            "seconds": time.perf_counter() - started,
+            "dispatched": backends.dispatches(),
+        }
+        if self.device.type == "cuda":
+            info["peak_mem_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
+        return output, info
+
+    def baseline(self, case: Case) -> torch.Tensor | str:
+        """The single-device output in the case's dtype and backend: what the dtype alone costs (rank 0 only)."""
+        key = (case.model, case.shape, case.backend, case.dtype)
+        if key not in self.baselines:
+            try:
+                model, inputs = self.build(case)
+                self.baselines[key] = run_model(model, inputs).float().cpu()
+            except Exception as error:  # noqa: BLE001 - reported with the case, never fatal
+                self.baselines[key] = backends.first_line(error)
+            finally:
+                backends.reset_active_backend()
+        return self.baselines[key]
+
+    def measure(self, case: Case, output: torch.Tensor, info: dict) -> dict:
+        reference = self.reference(case)
+        metrics = tensor_metrics(output.float().cpu(), reference.output)
+        record = {**metrics, **info}
+        if case.dtype != "fp32":
+            baseline = self.baseline(case)
+            if isinstance(baseline, str):
+                record["baseline_error"] = baseline
+            else:
+                record["baseline"] = tensor_metrics(baseline, reference.output)
+                record["vs_baseline_max_abs"] = tensor_metrics(output.float().cpu(), baseline)["max_abs_err"]
+        return record
+
+    def run(self) -> None:
+        for data in self.group["cases"]:
+            case = Case.from_dict(data)
+            self.emit("start", case_id=case.case_id)
+            output = info = None
+            error = None
+            try:
+                output, info = self.run_case(case)
+            except Exception as exc:  # noqa: BLE001 - a case's failure is its ERROR, never the group's
+                error = {"message": backends.first_line(exc), "traceback": traceback.format_exc()[-2000:]}
+                self.emit("rank_error", case_id=case.case_id, **error)
+            finally:
+                backends.reset_active_backend()
+            errors = [None] * self.world_size
+            dist.all_gather_object(errors, error)
+            if self.rank == 0:
+                self.report(case, output, info, errors)
+            del output
+
+    def report(self, case: Case, output, info, errors) -> None:
+        failed = [(rank, err) for rank, err in enumerate(errors) if err is not None]
+        if failed:
+            rank, err = failed[0]
+            self.emit("result", case_id=case.case_id, error=err["message"], error_rank=rank,
+                      traceback=err["traceback"])
+            return
+        try:
+            self.emit("result", case_id=case.case_id, **self.measure(case, output, info))
+        except Exception as exc:  # noqa: BLE001
+            self.emit("result", case_id=case.case_id, error=backends.first_line(exc), error_rank=0,
+                      traceback=traceback.format_exc()[-2000:])
+
+
+def init_distributed() -> tuple[int, int]:
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl")
+    else:
+        dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    group = json.loads(Path(argv[0]).read_text())
+    determinism.quiet_diffusers()
+    determinism.strict_fp32()
+    cpu.apply()
+    backends.install_dispatch_counters()
+    rank, world_size = init_distributed()
+    worker = Worker(group, rank, world_size)
+    try:
+        worker.run()
+        worker.emit("done")
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

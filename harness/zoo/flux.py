@@ -1,0 +1,29 @@
+"""FLUX.1: `FluxTransformer2DModel` (config adapted from diffusers' own model tests, 4 heads for degree 4)."""
+
+from harness.zoo.spec import ModelSpec, Shape, image_grid_ids, randn
+
+CONFIG = {
+    "patch_size": 1,
+    "in_channels": 4,
+    "num_layers": 1,
+    "num_single_layers": 1,
+    "attention_head_dim": 16,
+    "num_attention_heads": 4,
+    "joint_attention_dim": 32,
+    "pooled_projection_dim": 32,
+    "axes_dims_rope": [4, 4, 8],
+}
+
+
+def make_inputs(generator, shape: Shape):
+    return {
+        "hidden_states": randn(generator, 1, shape.image_tokens, CONFIG["in_channels"]),
+        "encoder_hidden_states": randn(generator, 1, shape.text, CONFIG["joint_attention_dim"]),
+        "pooled_projections": randn(generator, 1, CONFIG["pooled_projection_dim"]),
+        "img_ids": image_grid_ids(shape.height, shape.width),
+        "txt_ids": image_grid_ids(1, shape.text).zero_(),
+        "timestep": randn(generator, 1).abs().clamp(max=1.0),
+    }
+
+
+SPEC = ModelSpec("flux", "FluxTransformer2DModel", CONFIG, make_inputs, {"default": Shape(text=48)})
