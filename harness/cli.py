@@ -1,0 +1,89 @@
+"""`harness capture | run | selftest | report | backends | models`: user errors end with a message and exit code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.errors import HarnessError
+from harness.settings import OPTIONS, load_settings
+
+RUN_OPTIONS = ("models", "layouts", "backends", "dtypes", "references", "report_dir", "known_issues",
+               "case_timeout", "cpu_max_ranks", "budget_factor")
+
+
+def add_options(parser: argparse.ArgumentParser, names) -> None:
+    for name in names:
+        option = OPTIONS[name]
+        kind = type(option.default) if not option.is_list and option.default is not None else str
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None,
+                            help=f"{option.help} [tool.harness] {name}; default: {_show(option.default)}.")
+
+
+def _show(value) -> str:
+    return ",".join(value) if isinstance(value, list) else str(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="harness", description=__doc__.split(":")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    capture = commands.add_parser("capture", help="Capture fp32 single-device references into references/.")
+    add_options(capture, ("models", "references"))
+    capture.add_argument("--force", action="store_true", help="Replace existing references.")
+    run = commands.add_parser("run", help="Run the parity matrix under torchrun and write reports/.")
+    add_options(run, RUN_OPTIONS)
+    run.add_argument("--resume", action="store_true", help="Keep the finished cases of an interrupted run.")
+    run.add_argument("--inject-fault", default=None, help="Run every case with a deliberate bug (negative control).")
+    selftest = commands.add_parser("selftest", help="Run the negative controls; exit 0 only if each bug is caught.")
+    add_options(selftest, ("references", "case_timeout", "cpu_max_ranks", "budget_factor"))
+    selftest.add_argument("--report-dir", dest="report_dir", default="reports/selftest", help="Where to write.")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except HarnessError as error:
+        print(f"harness: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("harness: interrupted; finished cases are kept (rerun with --resume)", file=sys.stderr)
+        return 130
+
+
+def _settings(args):
+    overrides = {name: getattr(args, name) for name in OPTIONS if hasattr(args, name)}
+    return load_settings(overrides)
+
+
+def cmd_capture(args) -> int:
+    from harness.capture import capture
+    from harness.zoo import get_spec
+
+    settings = _settings(args)
+    specs = [get_spec(name) for name in settings.models]
+    capture([(spec, shape) for spec in specs for shape in spec.shapes], settings.path("references"), args.force)
+    return 0
+
+
+def cmd_run(args) -> int:
+    from harness import runner
+
+    settings = _settings(args)
+    summary = runner.run(settings, runner.plan_from(settings, args.inject_fault), resume=args.resume)
+    return summary.exit_code
+
+
+def cmd_selftest(args) -> int:
+    from harness.selftest import selftest
+
+    return selftest(_settings(args))
+
+
+COMMANDS = {"capture": cmd_capture, "run": cmd_run, "selftest": cmd_selftest}
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -15,13 +15,19 @@ FAULTS = {
 }
 
 
+def check(name: str) -> None:
+    if name not in FAULTS:
+        from harness.errors import HarnessError
+
+        raise HarnessError(f"unknown fault {name!r}; valid faults: {', '.join(FAULTS)}")
+
+
 @contextlib.contextmanager
 def active(name: str | None):
     if name is None:
         yield
         return
-    if name not in FAULTS:
-        raise ValueError(f"unknown fault {name!r}; valid faults: {', '.join(FAULTS)}")
+    check(name)
     with globals()[f"_{name}"]():
         yield
 
@@ -50,7 +56,7 @@ def _tp_skip_allreduce():
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.parallel import RowwiseParallel
 
-    original = RowwiseParallel._prepare_output_fn
+    original = RowwiseParallel.__dict__["_prepare_output_fn"]  # the staticmethod object itself, to restore as-is
 
     def partial_sums(output_layouts, use_local_output, mod, outputs, device_mesh):
         local = outputs.to_local() if isinstance(outputs, DTensor) else outputs

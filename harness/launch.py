@@ -104,8 +104,11 @@ def kill_tree(process: subprocess.Popen) -> None:
 
 
 def run_group(cases: list[Case], settings: dict, workdir: Path, case_timeout: float,
-              on_outcome: Callable[[Outcome], None], on_start: Callable[[str], None] = lambda _: None) -> None:
-    """Run every case of one world size, relaunching after a hang or crash until each has an outcome."""
+              on_outcome: Callable[[Outcome], None], on_start: Callable[[str], None] = lambda _: None) -> int:
+    """Run every case of one world size, relaunching after a hang or crash until each has an outcome.
+
+    Returns the number of torchrun launches it took.
+    """
     remaining = list(cases)
     attempt = 0
     while remaining:
@@ -114,6 +117,7 @@ def run_group(cases: list[Case], settings: dict, workdir: Path, case_timeout: fl
         folder.mkdir(parents=True, exist_ok=True)
         done = _launch_once(remaining, settings, folder, case_timeout, on_outcome, on_start)
         remaining = [case for case in remaining if case.case_id not in done]
+    return attempt
 
 
 def _launch_once(cases, settings, folder: Path, case_timeout: float, on_outcome, on_start) -> set[str]:

@@ -8,6 +8,7 @@ from itertools import product
 import torch
 
 from harness import backends as backend_info
+from harness import faults
 from harness.dtypes import torch_dtype
 from harness.errors import HarnessError
 from harness.layouts import Layout, parse_layout
@@ -22,11 +23,13 @@ class Case:
     dtype: str
     kind: str = "tensor"
     shape: str = "default"
+    fault: str | None = None  # a deliberate bug for negative controls (harness.faults)
 
     @property
     def case_id(self) -> str:
         model = self.model if self.shape == "default" else f"{self.model}@{self.shape}"
-        return f"{model}/{self.layout.name}/{self.backend}/{self.dtype}/{self.kind}"
+        fault = f"+{self.fault}" if self.fault else ""
+        return f"{model}/{self.layout.name}/{self.backend}/{self.dtype}/{self.kind}{fault}"
 
     @property
     def world_size(self) -> int:
@@ -34,12 +37,12 @@ class Case:
 
     def to_dict(self) -> dict:
         return {"model": self.model, "layout": self.layout.name, "backend": self.backend, "dtype": self.dtype,
-                "kind": self.kind, "shape": self.shape}
+                "kind": self.kind, "shape": self.shape, "fault": self.fault}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Case":
         return cls(data["model"], parse_layout(data["layout"]), data["backend"], data["dtype"],
-                   data.get("kind", "tensor"), data.get("shape", "default"))
+                   data.get("kind", "tensor"), data.get("shape", "default"), data.get("fault"))
 
 
 @dataclass(frozen=True)
@@ -69,9 +72,12 @@ def skip_reason(case: Case, rank_limit: int) -> str | None:
     return backend_info.unavailable_reason(case.backend, case.dtype)
 
 
-def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_ranks: int = 4) -> list[PlannedCase]:
+def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_ranks: int = 4,
+               fault: str | None = None) -> list[PlannedCase]:
     for dtype in dtypes:
         torch_dtype(dtype)
+    if fault is not None:
+        faults.check(fault)
     known_backends = set(backend_info.all_backend_names())
     for backend in backends:
         if backend not in known_backends:
@@ -83,6 +89,6 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
     for spec, shape, layout, backend, dtype in product(specs, shapes, parsed, backends, dtypes):
         if shape not in spec.shapes:
             continue
-        case = Case(spec.name, layout, backend, dtype, shape=shape)
+        case = Case(spec.name, layout, backend, dtype, shape=shape, fault=fault)
         plan.append(PlannedCase(case, skip_reason(case, limit)))
     return plan

@@ -74,7 +74,7 @@ class Worker:
         started = time.perf_counter()
         model, inputs = self.build(case)
         config = case.layout.diffusers_config(mesh=self.mesh(case.layout))
-        with faults.active(self.group.get("fault")):
+        with faults.active(case.fault):
             if config is not None:
                 model.enable_parallelism(config=config)
             backends.reset_dispatches()

@@ -1,0 +1,212 @@
+"""Inline CSS and JS for the report pages; kept in Python so they ship with the package without package-data setup."""
+
+from html import escape
+
+CSS = r"""
+:root { --pass:#1a7f37; --fail:#cf222e; --error:#bc4c00; --timeout:#8250df; --skip:#57606a; --xfail:#9a6700;
+  --pass-bg:#dafbe1; --fail-bg:#ffebe9; --error-bg:#ffe2c6; --timeout-bg:#f3e8ff; --skip-bg:#eaeef2;
+  --xfail-bg:#fff3b0; --line:#d0d7de; --muted:#57606a; --focus:#0969da; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: #1f2328;
+  margin: 0 auto; padding: 16px 24px 48px; max-width: 1600px; background: #fff; }
+h1 { font-size: 22px; margin: 0 0 2px; } h2 { font-size: 17px; margin: 28px 0 8px; border-bottom: 1px solid var(--line);
+  padding-bottom: 4px; } h4 { margin: 14px 0 4px; font-size: 13px; }
+code, pre { font-family: ui-monospace, "SFMono-Regular", "DejaVu Sans Mono", Menlo, monospace; font-size: 12.5px; }
+.muted, .sub { color: var(--muted); }
+a { color: #0550ae; }
+:focus-visible { outline: 3px solid var(--focus); outline-offset: 1px; }
+table { border-collapse: collapse; }
+th, td { text-align: left; vertical-align: top; }
+.banner { border: 2px solid var(--error); background: var(--error-bg); padding: 10px 14px; border-radius: 6px;
+  margin: 12px 0; font-weight: 600; }
+.env { font-size: 13px; } .env th, .env td { border-bottom: 1px solid var(--line); padding: 3px 14px 3px 0; }
+.env tr.differs td { background: var(--error-bg); font-weight: 600; }
+.env-note { margin: 6px 0; }
+.counts { display: flex; flex-wrap: wrap; gap: 8px; margin: 6px 0; }
+.count { border: 1px solid var(--line); border-radius: 6px; padding: 4px 10px; font: inherit; cursor: pointer;
+  background: #fff; }
+.count b { font-size: 16px; margin-right: 4px; }
+.badge { display: inline-block; border-radius: 4px; padding: 0 6px; font-weight: 700; font-size: 12px; }
+.s-PASS { --c: var(--pass); --bg: var(--pass-bg); } .s-FAIL { --c: var(--fail); --bg: var(--fail-bg); }
+.s-ERROR { --c: var(--error); --bg: var(--error-bg); } .s-TIMEOUT { --c: var(--timeout); --bg: var(--timeout-bg); }
+.s-SKIP { --c: var(--skip); --bg: var(--skip-bg); } .s-XFAIL { --c: var(--xfail); --bg: var(--xfail-bg); }
+.badge, .cell-case, .count { color: var(--c, #1f2328); background: var(--bg, #fff);
+  border-left: 4px solid var(--c, #888); }
+#filters { position: sticky; top: 0; z-index: 3; background: #f6f8fa; border: 1px solid var(--line);
+  border-radius: 6px; padding: 8px 12px; display: flex; flex-wrap: wrap; gap: 6px 16px; align-items: center; }
+#filters label { display: inline-flex; gap: 6px; align-items: center; font-size: 13px; }
+#filters select, #filters button { font: inherit; font-size: 13px; padding: 2px 4px; }
+#shown-count { margin-left: auto; font-size: 13px; color: var(--muted); }
+.js .nojs { display: none; }
+.scroll { overflow-x: auto; max-width: 100%; border: 1px solid var(--line); border-radius: 6px; }
+table.matrix { font-size: 12px; }
+.matrix th, .matrix td { border: 1px solid var(--line); padding: 2px; }
+.matrix thead th { background: #f6f8fa; text-align: center; font-weight: 600; white-space: nowrap; padding: 4px 6px; }
+.matrix thead th span { display: block; } .matrix thead th .backend { font-weight: 400; color: var(--muted); }
+.matrix th[scope=row] { background: #f6f8fa; white-space: nowrap; padding: 4px 8px; position: sticky; left: 0;
+  z-index: 1; }
+.matrix td.empty { background: repeating-linear-gradient(45deg, #fff, #fff 4px, #f3f4f6 4px, #f3f4f6 8px); }
+.cell-case { display: block; text-decoration: none; padding: 3px 6px; min-width: 74px; border-radius: 3px;
+  text-align: center; line-height: 1.25; }
+.cell-case + .cell-case { margin-top: 2px; }
+.cell-case b { display: block; font-size: 11px; letter-spacing: .02em; }
+.cell-case .num { color: #1f2328; font-variant-numeric: tabular-nums; }
+.cell-case:hover { filter: brightness(0.95); text-decoration: underline; }
+.legend { display: flex; gap: 6px; flex-wrap: wrap; margin: 4px 0 8px; font-size: 12px; }
+table.cases { width: 100%; font-size: 12.5px; }
+.cases th, .cases td { border-bottom: 1px solid var(--line); padding: 4px 6px; }
+.cases thead th { background: #f6f8fa; position: sticky; top: 0; }
+.cases td.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.cases .reason-cell { max-width: 60ch; white-space: pre-wrap; overflow-wrap: anywhere; display: -webkit-box;
+  -webkit-line-clamp: 3; -webkit-box-orient: vertical; overflow: hidden; }
+details.case { border: 1px solid var(--line); border-radius: 6px; margin: 6px 0; }
+details.case > summary { cursor: pointer; padding: 6px 10px; background: #f6f8fa; border-radius: 6px; }
+details.case[open] > summary { border-bottom: 1px solid var(--line); border-radius: 6px 6px 0 0; }
+details.case:target { box-shadow: 0 0 0 3px var(--focus); }
+.case-body { padding: 6px 12px 12px; }
+.metrics th { font-weight: 600; padding: 2px 16px 2px 0; white-space: nowrap; }
+.metrics td { padding: 2px 0; overflow-wrap: anywhere; }
+pre.reason, pre.traceback { white-space: pre-wrap; overflow-wrap: anywhere; background: #f6f8fa;
+  border: 1px solid var(--line); border-radius: 4px; padding: 8px; margin: 0; max-height: 32em; overflow: auto; }
+.images { display: flex; flex-wrap: wrap; gap: 12px; }
+.images figure { margin: 0; } .images img { max-width: 256px; height: auto; border: 1px solid var(--line);
+  image-rendering: pixelated; display: block; }
+.images figcaption { font-size: 12px; color: var(--muted); text-align: center; }
+svg.hist rect { fill: #0969da; } svg.hist text { font-size: 10px; fill: var(--muted); }
+svg.hist .axis { stroke: #8c959f; } svg.hist line.tol { stroke: var(--fail); stroke-dasharray: 4 3; }
+svg.hist text.tol { fill: var(--fail); }
+.none { padding: 12px; color: var(--muted); }
+@media print {
+  @page { margin: 12mm; }
+  * { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
+  body { padding: 0; max-width: none; font-size: 11px; }
+  #filters, .count { display: none; }
+  .counts .count { display: inline-block; }
+  .scroll { overflow: visible; border: 0; }
+  .matrix th[scope=row], #filters, .cases thead th { position: static; }
+  .cases .reason-cell { display: block; -webkit-line-clamp: unset; overflow: visible; }
+  details.case { break-inside: avoid; }
+  details.case::details-content { content-visibility: visible; display: block; }
+  details.case > summary { list-style: none; }
+  pre.reason, pre.traceback { max-height: none; overflow: visible; }
+  a { color: inherit; text-decoration: none; }
+}
+"""
+
+JS = r"""
+(function () {
+  "use strict";
+  var KEYS = ["status", "model", "layout", "backend", "dtype"];
+  var BAD = {FAIL: true, ERROR: true, TIMEOUT: true};
+  var form = document.getElementById("filters");
+  document.documentElement.classList.add("js");
+  if (!form) { return; }
+
+  function state() {
+    var st = {failures: form.elements.failures.checked};
+    KEYS.forEach(function (k) { st[k] = form.elements[k].value; });
+    return st;
+  }
+  function matches(el, st) {
+    for (var i = 0; i < KEYS.length; i++) {
+      if (st[KEYS[i]] && el.getAttribute("data-" + KEYS[i]) !== st[KEYS[i]]) { return false; }
+    }
+    return !(st.failures && !BAD[el.getAttribute("data-status")]);
+  }
+  function apply() {
+    var st = state(), shown = 0, total = 0;
+    document.querySelectorAll(".filterable").forEach(function (el) { el.hidden = !matches(el, st); });
+    document.querySelectorAll("tr.case-row").forEach(function (tr) { total++; if (!tr.hidden) { shown++; } });
+    hideEmptyMatrix();
+    var counter = document.getElementById("shown-count");
+    counter.textContent = "Showing " + shown + " of " + total + " cases";
+    document.querySelectorAll(".no-match").forEach(function (el) { el.hidden = shown > 0; });
+  }
+  function hideEmptyMatrix() {
+    var visibleCols = {};
+    document.querySelectorAll("table.matrix tr.mrow").forEach(function (tr) {
+      var any = false;
+      tr.querySelectorAll("td[data-col]").forEach(function (td) {
+        if (td.querySelector(".cell-case:not([hidden])")) {
+          any = true;
+          visibleCols[td.getAttribute("data-col")] = true;
+        }
+      });
+      tr.hidden = !any;
+    });
+    document.querySelectorAll("table.matrix [data-col]").forEach(function (cell) {
+      cell.hidden = !visibleCols[cell.getAttribute("data-col")];
+    });
+  }
+  function fromQuery() {
+    var params = new URLSearchParams(window.location.search);
+    KEYS.forEach(function (k) {
+      var v = params.get(k), sel = form.elements[k];
+      var known = Array.prototype.some.call(sel.options, function (o) { return o.value === v; });
+      if (v !== null && known) { sel.value = v; }
+    });
+    form.elements.failures.checked = ["1", "true", "yes"].indexOf(params.get("failures")) >= 0;
+  }
+  function openCase(id) {
+    var d = document.getElementById(id);
+    if (!d || d.tagName !== "DETAILS") { return; }
+    if (d.hidden) { form.reset(); apply(); }
+    d.open = true;
+    d.scrollIntoView({block: "start"});
+    d.querySelector("summary").focus({preventScroll: true});
+  }
+  function moveFocus(link, key) {
+    var td = link.closest("td"), tr = td.parentElement;
+    var dr = {ArrowUp: -1, ArrowDown: 1}[key] || 0, dc = {ArrowLeft: -1, ArrowRight: 1}[key] || 0;
+    var rows = Array.prototype.filter.call(tr.parentElement.rows, function (r) { return !r.hidden; });
+    var r = rows.indexOf(tr), c = td.cellIndex;
+    for (;;) {
+      r += dr; c += dc;
+      if (r < 0 || r >= rows.length || c < 1 || c >= rows[r].cells.length) { return; }
+      var cell = rows[r].cells[c];
+      var next = cell.hidden ? null : cell.querySelector(".cell-case:not([hidden])");
+      if (next) { next.focus(); return; }
+    }
+  }
+
+  form.addEventListener("change", apply);
+  form.addEventListener("submit", function (e) { e.preventDefault(); apply(); });
+  form.addEventListener("reset", function () { window.setTimeout(apply, 0); });
+  document.querySelectorAll("[data-set-status]").forEach(function (b) {
+    b.addEventListener("click", function () {
+      form.elements.status.value = b.getAttribute("data-set-status");
+      apply();
+    });
+  });
+  document.addEventListener("click", function (e) {
+    var a = e.target.closest && e.target.closest('a[href^="#case-"]');
+    if (a) { openCase(a.getAttribute("href").slice(1)); }
+  });
+  document.addEventListener("keydown", function (e) {
+    if (e.target.classList && e.target.classList.contains("cell-case") && /^Arrow/.test(e.key)) {
+      e.preventDefault(); moveFocus(e.target, e.key);
+    }
+  });
+  window.addEventListener("hashchange", function () { openCase(window.location.hash.slice(1)); });
+  var closed = [];
+  window.addEventListener("beforeprint", function () {
+    closed = Array.prototype.filter.call(document.querySelectorAll("details"), function (d) { return !d.open; });
+    closed.forEach(function (d) { d.open = true; });
+  });
+  window.addEventListener("afterprint", function () { closed.forEach(function (d) { d.open = false; }); });
+  fromQuery();
+  apply();
+  if (window.location.hash) { openCase(window.location.hash.slice(1)); }
+  document.documentElement.setAttribute("data-ready", "1");
+})();
+"""
+
+
+def page(title: str, body: str, script: str = "") -> str:
+    """The shell of index.html and compare.html: inline CSS/JS only, so a file works from disk or a CI artifact."""
+    js = f"<script>{script}</script>" if script else ""
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+        f"<title>{escape(title)}</title><style>{CSS}</style></head>\n<body>{body}{js}</body></html>\n"
+    )

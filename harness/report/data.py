@@ -1,0 +1,129 @@
+"""Reading results.json for the report: tolerant of missing keys and of floats written as "nan"/"inf" strings."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from harness.errors import HarnessError
+
+STATUSES = ("PASS", "FAIL", "ERROR", "TIMEOUT", "SKIP", "XFAIL")
+BAD = frozenset({"FAIL", "ERROR", "TIMEOUT"})
+FILTER_KEYS = ("status", "model", "layout", "backend", "dtype")
+
+
+def load(report_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The header and the cases of `report_dir/results.json`, each case with every key the page reads."""
+    path = Path(report_dir) / "results.json"
+    if not path.is_file():
+        raise HarnessError(f"no results at {path}; run `harness run` first or pass the right --report-dir")
+    try:
+        payload = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise HarnessError(f"{path} is not valid JSON ({error}); re-run `harness run` to rewrite it") from error
+    return payload.get("header") or {}, [_normalise(case) for case in payload.get("cases") or []]
+
+
+def _normalise(case: dict[str, Any]) -> dict[str, Any]:
+    """Fill defaults so rendering never meets a missing key; an unknown status is shown, not dropped."""
+    out = dict(case)
+    for key in ("case_id", "model", "kind", "layout", "backend", "dtype", "dispatched", "reason"):
+        out[key] = "" if out.get(key) is None else str(out[key])
+    out["shape"] = str(out.get("shape") or "default")
+    out["kind"] = out["kind"] or "tensor"
+    out["status"] = str(out.get("status") or "ERROR").upper()
+    out["extra"] = out.get("extra") if isinstance(out.get("extra"), dict) else {}
+    return out
+
+
+def number(value: Any) -> float | None:
+    """A JSON number, or one of the strings "nan"/"inf"/"-inf" that results.py writes for non-finite floats."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(str(value))
+    except ValueError:
+        return None
+
+
+def short(value: Any) -> str:
+    """Compact scientific form for matrix cells: 1.7e-07 -> "1.7e-7"; empty when there is no number."""
+    x = number(value)
+    if x is None:
+        return ""
+    if not math.isfinite(x):
+        return str(x)
+    if x == 0:
+        return "0"
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def full(value: Any, digits: int = 3) -> str:
+    """Detail-view form: scientific with a few digits for floats, as-is for ints, an em dash for nothing."""
+    if value is None or value == "":
+        return "\u2014"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    x = number(value)
+    if x is None:
+        return str(value)
+    if not math.isfinite(x):
+        return str(x)
+    return f"{x:.{digits}e}"
+
+
+def base_slug(case_id: str) -> str:
+    """An anchor id for a case: stable across runs, so compare.html can link into index.html."""
+    return "case-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", case_id).strip("-") or "unnamed")
+
+
+def slugs(cases: list[dict[str, Any]]) -> list[str]:
+    """One unique anchor per case, in order; a clash (two ids folding to one slug) gets a numeric suffix."""
+    seen: dict[str, int] = {}
+    out = []
+    for case in cases:
+        slug = base_slug(case["case_id"])
+        seen[slug] = seen.get(slug, 0) + 1
+        out.append(slug if seen[slug] == 1 else f"{slug}-{seen[slug]}")
+    return out
+
+
+def unique(values) -> list[str]:
+    """Distinct values in order of first appearance, which is the plan's order."""
+    return list(dict.fromkeys(values))
+
+
+def status_counts(cases: list[dict[str, Any]]) -> dict[str, int]:
+    """Counts from the cases themselves (the truth on this page), known statuses first then any other."""
+    counts = {status: 0 for status in STATUSES}
+    for case in cases:
+        counts[case["status"]] = counts.get(case["status"], 0) + 1
+    return counts
+
+
+def row_label(case: dict[str, Any], with_kind: bool) -> str:
+    """The same row naming as the Markdown grid (harness.matrix): model[@shape] dtype [kind]."""
+    model = case["model"] if case["shape"] == "default" else f"{case['model']}@{case['shape']}"
+    return f"{model} {case['dtype']}" + (f" {case['kind']}" if with_kind else "")
+
+
+def key_number(case: dict[str, Any]) -> str:
+    """The one number a matrix cell shows: SSIM for image cases, otherwise the max abs error."""
+    ssim = number(case["extra"].get("ssim"))
+    if case["kind"] != "tensor" and ssim is not None:
+        return f"SSIM {ssim:.4f}"
+    return short(case.get("max_abs_err"))
+
+
+def plain(value: Any, spec: str = ".2f") -> str:
+    """Fixed-point for quantities people read as amounts (seconds, megabytes)."""
+    x = number(value)
+    if x is None:
+        return "\u2014"
+    return format(x, spec) if math.isfinite(x) else str(x)

@@ -1,0 +1,164 @@
+"""One `harness run`: plan, capture what is missing, launch by world size, judge, write the matrix."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from harness import environment, matrix
+from harness.capture import capture
+from harness.errors import HarnessError
+from harness.known_issues import load_known_issues
+from harness.launch import Outcome, group_by_world_size, run_group
+from harness.plan import PlannedCase, build_plan
+from harness.reference import read_meta, read_reference, reference_path
+from harness.results import CaseResult, Status, write_results
+from harness.settings import Settings
+from harness.verdict import apply_known_issues, judge, skipped
+from harness.zoo import get_spec
+
+PARTIAL = "results.partial.jsonl"
+
+
+@dataclass
+class RunSummary:
+    results: list[CaseResult]
+    header: dict
+    exit_code: int
+
+
+def ensure_references(pairs: set[tuple[str, str]], root: Path, echo: Callable[[str], None],
+                      capture_missing: bool = True) -> dict:
+    """Capture what is missing (and say so), then verify every reference before anything launches."""
+    missing = [(get_spec(m), s) for m, s in sorted(pairs) if not reference_path(root, m, s).exists()]
+    if missing and not capture_missing:
+        paths = ", ".join(str(reference_path(root, spec.name, shape)) for spec, shape in missing)
+        raise HarnessError(f"missing reference(s) {paths}: run `pytest --ref` or `harness capture` to create them")
+    if missing:
+        echo(f"capturing {len(missing)} missing reference(s) first: " + ", ".join(f"{s.name}@{sh}" for s, sh in missing))
+        capture(missing, root, echo=echo)
+    metas = {}
+    for model, shape in sorted(pairs):
+        path = reference_path(root, model, shape)
+        read_reference(path, get_spec(model).config_hash())
+        metas[(model, shape)] = read_meta(path)
+    return metas
+
+
+def plan_from(settings: Settings, fault: str | None = None, shapes=("default",)) -> list[PlannedCase]:
+    return build_plan(settings.models, settings.layouts, settings.backends, settings.dtypes, shapes,
+                      settings.cpu_max_ranks, fault)
+
+
+def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
+        echo: Callable[[str], None] = print, capture_missing: bool = True) -> RunSummary:
+    started, clock = datetime.datetime.now().isoformat(timespec="seconds"), time.monotonic()
+    report_dir = settings.path("report_dir")
+    report_dir.mkdir(parents=True, exist_ok=True)
+    runnable = [p.case for p in plan if p.skip_reason is None]
+    metas = ensure_references({(c.model, c.shape) for c in runnable}, settings.path("references"), echo,
+                              capture_missing)
+    issues = load_known_issues(settings.path("known_issues"))
+    done = _resume(report_dir, resume)
+    todo = [case for case in runnable if case.case_id not in done]
+    echo(f"plan: {len(plan)} cases, {len(runnable)} to run, {len(plan) - len(runnable)} skipped at plan time"
+         + (f", {len(runnable) - len(todo)} kept from the interrupted run" if done else ""))
+    launches = _launch_all(todo, settings, report_dir, issues, done, echo)
+    results = [done.get(p.case.case_id) or skipped(p.case, p.skip_reason) for p in plan]
+    header = _header(settings, metas, results, started, time.monotonic() - clock, launches)
+    write_reports(report_dir, results, header)
+    (report_dir / PARTIAL).unlink(missing_ok=True)
+    echo(matrix.terminal(results))
+    if header["version_mismatch"]:
+        echo(f"note: {header['version_mismatch']}")
+    echo(f"reports: {report_dir / 'matrix.csv'}, {report_dir / 'matrix.md'}, {report_dir / 'results.json'}")
+    return RunSummary(results, header, 1 if any(r.status.is_bad for r in results) else 0)
+
+
+def _launch_all(cases, settings: Settings, report_dir: Path, issues, done: dict, echo) -> int:
+    workdir = report_dir / "work"
+    shutil.rmtree(workdir, ignore_errors=True)
+    total, launches = len(cases), 0
+    group_settings = {"references": str(settings.path("references"))}
+    with open(report_dir / PARTIAL, "a") as partial:
+        def on_outcome(outcome: Outcome) -> None:
+            tolerance = settings.tolerance(outcome.case.dtype)
+            result = apply_known_issues(judge(outcome, tolerance, settings.budget_factor), issues)
+            done[result.case_id] = result
+            partial.write(json.dumps(result.to_dict()) + "\n")
+            partial.flush()
+            echo(_progress_line(len(done), result, total))
+
+        for world_size, group in group_by_world_size(cases).items():
+            echo(f"launching {len(group)} case(s) on {world_size} rank(s)")
+            launches += run_group(group, group_settings, workdir, settings.case_timeout, on_outcome)
+    return launches
+
+
+def _progress_line(index: int, result: CaseResult, total: int) -> str:
+    number = f" max_abs_err={result.max_abs_err:.2e}" if result.max_abs_err is not None else ""
+    reason = f"  ({_shorten(result.reason)})" if result.reason and result.status is not Status.PASS else ""
+    seconds = f" {result.seconds:.2f}s" if result.seconds is not None else ""
+    return f"[{index}/{total}] {result.status.value:7s} {result.case_id}{number}{seconds}{reason}"
+
+
+def _shorten(text: str, limit: int = 110) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _resume(report_dir: Path, resume: bool) -> dict[str, CaseResult]:
+    """Finished cases of an interrupted run, when asked to resume; otherwise start clean."""
+    path = report_dir / PARTIAL
+    if not resume:
+        path.unlink(missing_ok=True)
+        return {}
+    kept = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                result = CaseResult.from_dict(json.loads(line))
+                kept[result.case_id] = result
+    return kept
+
+
+def _header(settings, metas, results, started, wall_s, launches) -> dict:
+    here = environment.describe()
+    reference_env = {}
+    for meta in metas.values():
+        reference_env = {key: meta.get(key) for key in here}
+        break
+    mismatch = [f"{key} {reference_env.get(key)} (references) vs {here[key]} (this run)"
+                for key in ("torch", "diffusers", "diffusers_commit") if reference_env and reference_env.get(key) != here[key]]
+    return {
+        "environment": here,
+        "reference_environment": reference_env,
+        "version_mismatch": ("references come from another version: " + "; ".join(mismatch)) if mismatch else "",
+        "counts": matrix.counts(results),
+        "settings": {key: value for key, value in settings.values.items()},
+        "tolerances": settings.tolerances,
+        "world_sizes": sorted({r.world_size for r in results}),
+        "started": started,
+        "wall_s": round(wall_s, 2),
+        "launches": launches,
+    }
+
+
+def write_reports(report_dir: Path, results: list[CaseResult], header: dict) -> None:
+    write_results(report_dir / "results.json", results, header)
+    matrix.write_csv(results, report_dir / "matrix.csv")
+    lines = [f"diffusers {header['environment']['diffusers']}, torch {header['environment']['torch']}, "
+             f"{header['environment']['device']}", ""]
+    if header.get("version_mismatch"):
+        lines += [f"> {header['version_mismatch']}", ""]
+    text = matrix.markdown(results, lines)
+    (report_dir / "matrix.md").write_text(text)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as handle:
+            handle.write(text)

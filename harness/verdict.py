@@ -1,0 +1,78 @@
+"""Turn what a case produced into a verdict under the tolerance policy.
+
+fp32: max abs error against the fp32 reference within the fp32 tolerance.
+Low precision: within the dtype's fixed tolerance AND within the error budget: the mean abs error may exceed
+the single-device run of the same dtype and backend by at most `budget_factor`. NaN/Inf never passes.
+"""
+
+from __future__ import annotations
+
+from harness.known_issues import KnownIssue, find
+from harness.launch import Outcome
+from harness.results import CaseResult, Status
+
+
+def base_result(case) -> CaseResult:
+    return CaseResult(case.case_id, case.model, case.shape, case.kind, case.layout.name, case.world_size,
+                      case.backend, case.dtype)
+
+
+def judge(outcome: Outcome, tolerance: float, budget_factor: float) -> CaseResult:
+    result, record = base_result(outcome.case), outcome.record
+    result.seconds = record.get("seconds")
+    result.peak_mem_mb = record.get("peak_mem_mb")
+    result.dispatched = " ".join(f"{k}:{v}" for k, v in sorted(record.get("dispatched", {}).items()))
+    if outcome.timeout:
+        result.status, result.reason = Status.TIMEOUT, record.get("error", "case timeout")
+        return result
+    if "error" in record:
+        rank = record.get("error_rank")
+        result.status = Status.ERROR
+        result.reason = record["error"] if rank in (None, 0) else f"rank {rank}: {record['error']}"
+        if record.get("traceback"):
+            result.extra["traceback"] = record["traceback"]
+        return result
+    for key in ("max_abs_err", "mean_abs_err", "max_rel_err", "nonfinite"):
+        setattr(result, key, record[key])
+    result.tolerance = tolerance
+    result.status, result.reason = _numbers_verdict(result, record, budget_factor)
+    return result
+
+
+def _numbers_verdict(result: CaseResult, record: dict, budget_factor: float) -> tuple[Status, str]:
+    if result.nonfinite:
+        return Status.FAIL, f"output has {result.nonfinite} non-finite values (NaN/Inf)"
+    if not result.max_abs_err <= result.tolerance:
+        return Status.FAIL, f"max abs err {result.max_abs_err:.3g} > tolerance {result.tolerance:.3g}"
+    if result.dtype == "fp32":
+        return Status.PASS, ""
+    baseline = record.get("baseline")
+    if baseline is None:
+        return Status.PASS, f"no error budget: single-device {result.dtype} run failed ({record.get('baseline_error')})"
+    result.baseline_err = baseline["mean_abs_err"]
+    result.err_ratio = result.mean_abs_err / result.baseline_err if result.baseline_err > 0 else float("inf")
+    result.extra["vs_baseline_max_abs"] = record.get("vs_baseline_max_abs")
+    if result.err_ratio > budget_factor:
+        return Status.FAIL, (f"error budget: mean abs err {result.mean_abs_err:.3g} is {result.err_ratio:.2f}x the "
+                             f"single-device {result.dtype} error {result.baseline_err:.3g} (budget {budget_factor}x)")
+    return Status.PASS, ""
+
+
+def apply_known_issues(result: CaseResult, issues: list[KnownIssue]) -> CaseResult:
+    """FAIL/ERROR on a listed case becomes XFAIL with the listed reason; a listed case that passes says so."""
+    issue = find(issues, result.case_id, result.reason)
+    if issue is None:
+        return result
+    if result.status in (Status.FAIL, Status.ERROR):
+        result.extra["observed"] = f"{result.status.value}: {result.reason}"
+        result.status, result.reason = Status.XFAIL, f"{issue.describe()}; observed {result.reason}"
+    elif result.status is Status.PASS:
+        result.reason = f"known issue no longer reproduces (XPASS): {issue.reason}"
+        result.extra["xpass"] = True
+    return result
+
+
+def skipped(case, reason: str) -> CaseResult:
+    result = base_result(case)
+    result.status, result.reason = Status.SKIP, reason
+    return result
