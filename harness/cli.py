@@ -38,6 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     selftest = commands.add_parser("selftest", help="Run the negative controls; exit 0 only if each bug is caught.")
     add_options(selftest, ("references", "case_timeout", "cpu_max_ranks", "budget_factor"))
     selftest.add_argument("--report-dir", dest="report_dir", default="reports/selftest", help="Where to write.")
+    report = commands.add_parser("report", help="Re-render index.html from results.json, or compare two runs.")
+    add_options(report, ("report_dir",))
+    report.add_argument("--compare", nargs=2, metavar=("OLD_DIR", "NEW_DIR"), default=None,
+                        help="Show the cases whose status changed between two runs (e.g. main vs a branch).")
     return parser
 
 
@@ -82,7 +86,27 @@ def cmd_selftest(args) -> int:
     return selftest(_settings(args))
 
 
-COMMANDS = {"capture": cmd_capture, "run": cmd_run, "selftest": cmd_selftest}
+def cmd_report(args) -> int:
+    import os
+
+    from harness.report import changed_markdown, compare_runs, render_html
+
+    if args.compare is None:
+        print(f"wrote {render_html(_settings(args).path('report_dir'))}")
+        return 0
+    old, new = (Path(folder) for folder in args.compare)
+    render_html(new)
+    path, changes = compare_runs(old, new)
+    text = changed_markdown(changes)
+    print(text, end="")
+    print(f"wrote {path}")
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as handle:
+            handle.write("## Status changes\n\n" + text)
+    return 0
+
+
+COMMANDS = {"capture": cmd_capture, "run": cmd_run, "selftest": cmd_selftest, "report": cmd_report}
 
 
 if __name__ == "__main__":

@@ -20,10 +20,11 @@ class KnownIssue:
     link: str = ""
     error_contains: str = ""
 
-    def applies(self, case_id: str, message: str = "") -> bool:
+    def applies(self, case_id: str, message: str | None = None) -> bool:
+        """Matches the case id and, for a failure (`message` given), the expected error text."""
         if not fnmatch.fnmatchcase(case_id, self.match):
             return False
-        return not self.error_contains or self.error_contains in message
+        return message is None or not self.error_contains or self.error_contains in message
 
     def describe(self) -> str:
         return f"known issue: {self.reason}" + (f" ({self.link})" if self.link else "")
@@ -48,5 +49,5 @@ def load_known_issues(path: Path) -> list[KnownIssue]:
     return issues
 
 
-def find(issues: list[KnownIssue], case_id: str, message: str = "") -> KnownIssue | None:
+def find(issues: list[KnownIssue], case_id: str, message: str | None = None) -> KnownIssue | None:
     return next((issue for issue in issues if issue.applies(case_id, message)), None)

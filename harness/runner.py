@@ -17,6 +17,7 @@ from harness.errors import HarnessError
 from harness.known_issues import load_known_issues
 from harness.launch import Outcome, group_by_world_size, run_group
 from harness.plan import PlannedCase, build_plan
+from harness.report import render_html
 from harness.reference import read_meta, read_reference, reference_path
 from harness.results import CaseResult, Status, write_results
 from harness.settings import Settings
@@ -77,7 +78,7 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     echo(matrix.terminal(results))
     if header["version_mismatch"]:
         echo(f"note: {header['version_mismatch']}")
-    echo(f"reports: {report_dir / 'matrix.csv'}, {report_dir / 'matrix.md'}, {report_dir / 'results.json'}")
+    echo(f"reports: {report_dir / 'index.html'}, {report_dir / 'matrix.csv'}, {report_dir / 'matrix.md'}")
     return RunSummary(results, header, 1 if any(r.status.is_bad for r in results) else 0)
 
 
@@ -158,6 +159,7 @@ def write_reports(report_dir: Path, results: list[CaseResult], header: dict) -> 
         lines += [f"> {header['version_mismatch']}", ""]
     text = matrix.markdown(results, lines)
     (report_dir / "matrix.md").write_text(text)
+    render_html(report_dir)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with open(summary, "a") as handle:

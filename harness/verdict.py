@@ -60,10 +60,11 @@ def _numbers_verdict(result: CaseResult, record: dict, budget_factor: float) -> 
 
 def apply_known_issues(result: CaseResult, issues: list[KnownIssue]) -> CaseResult:
     """FAIL/ERROR on a listed case becomes XFAIL with the listed reason; a listed case that passes says so."""
-    issue = find(issues, result.case_id, result.reason)
+    failed = result.status in (Status.FAIL, Status.ERROR)
+    issue = find(issues, result.case_id, result.reason if failed else None)
     if issue is None:
         return result
-    if result.status in (Status.FAIL, Status.ERROR):
+    if failed:
         result.extra["observed"] = f"{result.status.value}: {result.reason}"
         result.status, result.reason = Status.XFAIL, f"{issue.describe()}; observed {result.reason}"
     elif result.status is Status.PASS:

@@ -50,15 +50,15 @@ table.matrix { font-size: 12px; }
   text-align: center; line-height: 1.25; }
 .cell-case + .cell-case { margin-top: 2px; }
 .cell-case b { display: block; font-size: 11px; letter-spacing: .02em; }
-.cell-case .num { color: #1f2328; font-variant-numeric: tabular-nums; }
+.cell-case .num { color: #1f2328; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .cell-case:hover { filter: brightness(0.95); text-decoration: underline; }
 .legend { display: flex; gap: 6px; flex-wrap: wrap; margin: 4px 0 8px; font-size: 12px; }
 table.cases { width: 100%; font-size: 12.5px; }
 .cases th, .cases td { border-bottom: 1px solid var(--line); padding: 4px 6px; }
 .cases thead th { background: #f6f8fa; position: sticky; top: 0; }
 .cases td.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-.cases .reason-cell { max-width: 60ch; white-space: pre-wrap; overflow-wrap: anywhere; display: -webkit-box;
-  -webkit-line-clamp: 3; -webkit-box-orient: vertical; overflow: hidden; }
+.cases .reason-cell { max-width: 60ch; min-width: 24ch; white-space: pre-wrap; overflow-wrap: anywhere;
+  display: -webkit-box; -webkit-line-clamp: 3; -webkit-box-orient: vertical; overflow: hidden; }
 details.case { border: 1px solid var(--line); border-radius: 6px; margin: 6px 0; }
 details.case > summary { cursor: pointer; padding: 6px 10px; background: #f6f8fa; border-radius: 6px; }
 details.case[open] > summary { border-bottom: 1px solid var(--line); border-radius: 6px 6px 0 0; }
@@ -69,7 +69,7 @@ details.case:target { box-shadow: 0 0 0 3px var(--focus); }
 pre.reason, pre.traceback { white-space: pre-wrap; overflow-wrap: anywhere; background: #f6f8fa;
   border: 1px solid var(--line); border-radius: 4px; padding: 8px; margin: 0; max-height: 32em; overflow: auto; }
 .images { display: flex; flex-wrap: wrap; gap: 12px; }
-.images figure { margin: 0; } .images img { max-width: 256px; height: auto; border: 1px solid var(--line);
+.images figure { margin: 0; } .images img { width: 224px; max-width: 100%; height: auto; border: 1px solid var(--line);
   image-rendering: pixelated; display: block; }
 .images figcaption { font-size: 12px; color: var(--muted); text-align: center; }
 svg.hist rect { fill: #0969da; } svg.hist text { font-size: 10px; fill: var(--muted); }
@@ -80,8 +80,8 @@ svg.hist text.tol { fill: var(--fail); }
   @page { margin: 12mm; }
   * { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
   body { padding: 0; max-width: none; font-size: 11px; }
-  #filters, .count { display: none; }
-  .counts .count { display: inline-block; }
+  #filters { display: none; }
+  .cases td code { overflow-wrap: anywhere; }
   .scroll { overflow: visible; border: 0; }
   .matrix th[scope=row], #filters, .cases thead th { position: static; }
   .cases .reason-cell { display: block; -webkit-line-clamp: unset; overflow: visible; }

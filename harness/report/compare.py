@@ -86,7 +86,8 @@ def _compare_page(runs: dict[str, tuple], changes: list[dict[str, Any]], out_dir
     )
     heads = "".join(f'<th scope="col">{s}</th>' for s in STATUSES)
     body = (
-        f"<header><h1>Parity comparison</h1><p class=\"sub\">{escape(title)}</p></header>"
+        f"<header><h1>Parity comparison</h1><p class=\"sub\">{len(changes)} cases changed status, "
+        f"{regressions} newly failing (marked \u26a0)</p></header>"
         f'<section><h2>Runs</h2><table class="env"><thead><tr><th scope="col">run</th><th scope="col">folder</th>'
         f'<th scope="col">diffusers</th><th scope="col">started</th>{heads}</tr></thead><tbody>{summary}</tbody>'
         f"</table></section><section><h2>Status changes</h2>{table}</section>"

@@ -13,7 +13,7 @@ from harness.report.data import full, number, plain
 IMAGE_ORDER = ("reference", "candidate", "diff", "ssim_map")
 DASH = "\u2014"
 _METRIC_ROWS = (("tolerance", "tolerance"), ("mean abs err", "mean_abs_err"), ("max rel err", "max_rel_err"),
-                ("non-finite values", "nonfinite"), ("baseline err", "baseline_err"), ("err ratio", "err_ratio"))
+                ("non-finite values", "nonfinite"), ("baseline err", "baseline_err"))
 _SHOWN_EXTRA = {"images", "abs_err_hist", "traceback", "ssim", "psnr", "peak_mem_mb_per_rank"}
 
 
@@ -53,6 +53,7 @@ def _metrics(case: dict[str, Any]) -> str:
     max_abs = escape(full(case.get("max_abs_err"))) + _verdict(case.get("max_abs_err"), case.get("tolerance"))
     rows = [("case", escape(where)), ("max abs err", max_abs)]
     rows += [(name, escape(full(case.get(key)))) for name, key in _METRIC_ROWS]
+    rows.append(("err ratio (vs baseline)", escape(plain(case.get("err_ratio"), ".3g"))))
     if "ssim" in extra or "psnr" in extra:
         ssim, psnr = plain(extra.get("ssim"), ".4f"), plain(extra.get("psnr"), ".2f")
         rows.append(("SSIM / PSNR", f"{escape(ssim)} / {escape(psnr)} dB"))
@@ -106,7 +107,7 @@ def _images(case: dict[str, Any]) -> str:
             continue
         label = escape(name.replace("_", " "))
         figures.append(f'<figure><img src="{escape(src)}" alt="{label} image of {escape(case["case_id"])}" '
-                       f'loading="lazy"><figcaption>{label}</figcaption></figure>')
+                       f'><figcaption>{label}</figcaption></figure>')
     return f'<h4>Images</h4><div class="images">{"".join(figures)}</div>' if figures else ""
 
 

@@ -1,0 +1,36 @@
+"""Shared fixtures for the harness's own tests."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """An empty project folder with its own pyproject.toml, so tests never touch the real references/ or reports/."""
+    (tmp_path / "pyproject.toml").write_text("[tool.harness]\n")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+@pytest.fixture(scope="session")
+def zoo_references(tmp_path_factory):
+    """fp32 references of the tiny zoo captured once per session into a scratch folder (milliseconds per model)."""
+    from harness.capture import capture
+    from harness.zoo import SPECS
+
+    root = tmp_path_factory.mktemp("references")
+    capture([(spec, "default") for spec in SPECS.values()], root, echo=lambda _: None)
+    return root
+
+
+@pytest.fixture
+def settings_for(project, zoo_references):
+    """Settings of a scratch project that uses the session's references; keyword arguments override options."""
+    from harness.settings import load_settings
+
+    def make(**overrides):
+        overrides = {"references": str(zoo_references), "known_issues": str(project / "known.toml"), **overrides}
+        return load_settings(overrides, start=project)
+
+    return make

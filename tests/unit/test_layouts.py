@@ -1,0 +1,44 @@
+import pytest
+
+from harness.errors import HarnessError
+from harness.layouts import DEFAULT_LAYOUTS, parse_layout
+
+
+@pytest.mark.parametrize(
+    ("name", "ring", "ulysses", "tp", "world_size", "anything"),
+    [
+        ("single", 1, 1, 1, 1, False),
+        ("ulysses2", 1, 2, 1, 2, False),
+        ("ring4", 4, 1, 1, 4, False),
+        ("ring2xulysses2", 2, 2, 1, 4, False),
+        ("tp2", 1, 1, 2, 2, False),
+        ("ulysses2any", 1, 2, 1, 2, True),
+        ("ring2any", 2, 1, 1, 2, True),
+    ],
+)
+def test_parse_layout(name, ring, ulysses, tp, world_size, anything):
+    layout = parse_layout(name)
+    assert (layout.ring, layout.ulysses, layout.tp, layout.world_size, layout.anything) == (
+        ring, ulysses, tp, world_size, anything)
+
+
+@pytest.mark.parametrize("name", ["ulysses", "ulysses1", "ring", "tp1", "dp2", "ring2xtp2", "Ulysses2"])
+def test_bad_layout_names_list_valid_forms(name):
+    with pytest.raises(HarnessError, match="valid forms|at least 2"):
+        parse_layout(name)
+
+
+def test_default_layouts_parse():
+    assert [parse_layout(name).world_size for name in DEFAULT_LAYOUTS] == [2, 2, 4, 4, 4, 2, 4]
+
+
+def test_diffusers_configs():
+    from diffusers import ContextParallelConfig, TensorParallelConfig
+
+    config = parse_layout("ring2xulysses2").diffusers_config()
+    assert isinstance(config, ContextParallelConfig)
+    assert (config.ring_degree, config.ulysses_degree) == (2, 2)
+    assert parse_layout("ulysses2any").diffusers_config().ulysses_anything
+    assert isinstance(parse_layout("tp4").diffusers_config(), TensorParallelConfig)
+    assert parse_layout("single").diffusers_config() is None
+    assert parse_layout("ring2").mesh_spec() == ((2, 1), ("ring", "ulysses"))

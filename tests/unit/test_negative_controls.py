@@ -1,0 +1,43 @@
+"""Negative controls with real torchrun processes: every deliberate bug must come out FAIL.
+
+All controls share one launch per world size (the selftest plan), so this module costs ~10 s.
+"""
+
+import pytest
+
+from harness import runner
+from harness.results import Status
+from harness.selftest import CONTROLS, control_plan
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def control_results(tmp_path_factory, zoo_references):
+    from harness.settings import load_settings
+
+    folder = tmp_path_factory.mktemp("selftest")
+    (folder / "pyproject.toml").write_text("[tool.harness]\n")
+    settings = load_settings({"references": str(zoo_references), "report_dir": str(folder / "reports")}, start=folder)
+    summary = runner.run(settings, control_plan(settings.cpu_max_ranks), echo=lambda _: None)
+    return {result.case_id: result for result in summary.results}, summary
+
+
+@pytest.mark.parametrize("control", CONTROLS, ids=["/".join(c[:4]) + "+" + c[4] for c in CONTROLS])
+def test_deliberate_bug_fails_and_clean_twin_passes(control_results, control):
+    results, _ = control_results
+    model, layout, backend, dtype, fault = control
+    clean_id = f"{model}/{layout}/{backend}/{dtype}/tensor"
+    assert results[clean_id].status is Status.PASS, results[clean_id].reason
+    faulty = results[f"{clean_id}+{fault}"]
+    assert faulty.status is Status.FAIL, faulty.reason
+    if dtype == "fp32":
+        assert faulty.max_abs_err > 100 * faulty.tolerance
+    else:
+        assert "error budget" in faulty.reason and faulty.max_abs_err < faulty.tolerance
+
+
+def test_controls_ran_in_one_launch_per_world_size(control_results):
+    _, summary = control_results
+    assert summary.header["launches"] == 1
+    assert summary.exit_code == 1  # FAIL cases make `harness run` exit non-zero

@@ -1,0 +1,96 @@
+"""Reference files: atomic, never silently overwritten, and every kind of damage is a clear error."""
+
+import json
+import struct
+
+import pytest
+import torch
+
+from harness.errors import HarnessError
+from harness.reference import read_meta, read_reference, reference_path, write_reference
+
+
+def _write(path, value=1.0, force=False, **meta):
+    weights = {"layer.weight": torch.full((3, 3), value)}
+    inputs = {"hidden_states": torch.arange(6.0).reshape(1, 2, 3), "img_shapes": [(1, 2, 3)], "steps": 4}
+    return write_reference(path, weights, inputs, torch.ones(1, 2, 3) * value, {"config_hash": "abc", **meta},
+                           force=force)
+
+
+def test_round_trip_keeps_tensors_and_static_inputs(tmp_path):
+    path = reference_path(tmp_path, "toy")
+    assert _write(path)
+    reference = read_reference(path, expected_config_hash="abc")
+    assert torch.equal(reference.weights["layer.weight"], torch.ones(3, 3))
+    assert reference.inputs["img_shapes"] == [(1, 2, 3)]  # tuples survive the JSON header
+    assert reference.inputs["steps"] == 4
+    assert reference.meta["schema"] == 1
+
+
+def test_existing_reference_is_kept_unless_forced(tmp_path):
+    path = reference_path(tmp_path, "toy")
+    assert _write(path, 1.0)
+    assert not _write(path, 2.0)
+    assert read_reference(path).output.max() == 1.0
+    assert _write(path, 2.0, force=True)
+    assert read_reference(path).output.max() == 2.0
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left behind
+
+
+def test_missing_reference_says_how_to_create_it(tmp_path):
+    with pytest.raises(HarnessError, match="pytest --ref.*|harness capture"):
+        read_reference(tmp_path / "none.safetensors")
+
+
+def test_truncated_file_is_a_clear_error(tmp_path):
+    path = reference_path(tmp_path, "toy")
+    _write(path)
+    path.write_bytes(path.read_bytes()[:-20])
+    with pytest.raises(HarnessError, match=f"{path}.*unreadable.*capture --force"):
+        read_reference(path)
+
+
+def test_flipped_byte_fails_the_checksum(tmp_path):
+    path = reference_path(tmp_path, "toy")
+    _write(path)
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF  # inside the last tensor's data
+    path.write_bytes(bytes(data))
+    with pytest.raises(HarnessError, match="checksum"):
+        read_reference(path)
+
+
+def _rewrite_header(path, change):
+    data = path.read_bytes()
+    size = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + size])
+    meta = json.loads(header["__metadata__"]["harness"])
+    change(meta)
+    header["__metadata__"]["harness"] = json.dumps(meta)
+    encoded = json.dumps(header).encode()
+    encoded += b" " * ((8 - len(encoded) % 8) % 8)
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data[8 + size:])
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = reference_path(tmp_path, "toy")
+    _write(path)
+    _rewrite_header(path, lambda meta: meta.update(schema=99))
+    with pytest.raises(HarnessError, match="schema 99, newer than this harness"):
+        read_meta(path)
+
+
+def test_config_mismatch_names_the_file(tmp_path):
+    path = reference_path(tmp_path, "toy")
+    _write(path)
+    with pytest.raises(HarnessError, match=f"{path}.*another config"):
+        read_reference(path, expected_config_hash="different")
+
+
+def test_foreign_safetensors_file_is_refused(tmp_path):
+    from safetensors.torch import save_file
+
+    path = tmp_path / "foreign.safetensors"
+    save_file({"x": torch.zeros(2)}, str(path))
+    with pytest.raises(HarnessError, match="not a harness reference"):
+        read_reference(path)
