@@ -23,6 +23,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "parity: a case of the parity matrix (one harness case per item)")
     # All parity items share one matrix run: keep them on one xdist worker so the matrix is run, and written, once.
     if getattr(config.option, "dist", "no") == "load":
         config.option.dist = "loadgroup"

@@ -17,6 +17,8 @@ def test_reference(captured_reference):
 
 
 def test_parity(parity_case, parity_results):
+    if parity_case.skip_reason:
+        pytest.skip(parity_case.skip_reason)
     if isinstance(parity_results, HarnessError):
         pytest.fail(str(parity_results), pytrace=False)
     result = parity_results[parity_case.case.case_id]

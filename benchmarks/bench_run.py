@@ -1,0 +1,55 @@
+"""Time `harness run` on the default plan and count its torchrun launches.
+
+Also times one single-case launch, to show what batching many cases per launch saves. Usage:
+
+    python benchmarks/bench_run.py [--repeat N] [extra `harness run` arguments...]
+
+Prints a Markdown table for the README. References must exist (the first `harness run` captures them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def timed_run(args: list[str], report_dir: Path) -> tuple[float, dict]:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "harness", "run", "--report-dir", str(report_dir), *args],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    wall = time.perf_counter() - started
+    return wall, json.loads((report_dir / "results.json").read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=2)
+    known, extra = parser.parse_known_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        walls, payload = [], {}
+        for index in range(known.repeat):
+            wall, payload = timed_run(extra, Path(scratch) / f"run{index}")
+            walls.append(wall)
+        cases = payload["cases"]
+        ran = [c for c in cases if c["status"] != "SKIP"]
+        one_wall, _ = timed_run([*extra, "--models", "flux", "--layouts", "ulysses2", "--backends", "native", "--dtypes",
+                                 "fp32"], Path(scratch) / "one")
+    launches = payload["header"]["launches"]
+    forward = sum(c["seconds"] or 0 for c in ran)
+    print("| figure | value |\n|---|---|")
+    print(f"| cases planned / run (non-SKIP) | {len(cases)} / {len(ran)} |")
+    print(f"| torchrun launches | {launches} (world sizes {payload['header']['world_sizes']}) |")
+    print(f"| `harness run` wall time, median of {known.repeat} | {statistics.median(walls):.1f} s |")
+    print(f"| sum of per-case times on rank 0 (build + enable_parallelism + forward) | {forward:.1f} s |")
+    print(f"| one `harness run` with a single case (launch + imports + gloo init) | {one_wall:.1f} s |")
+    print(f"| estimated wall time with one launch per case | {one_wall * len(ran):.0f} s |")
+
+
+if __name__ == "__main__":
+    main()
