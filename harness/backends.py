@@ -124,3 +124,27 @@ def reset_active_backend() -> None:
     from diffusers.models.attention_dispatch import AttentionBackendName
 
     registry().set_active_backend(AttentionBackendName.NATIVE)
+
+
+def backend_table(dtypes=("fp32", "bf16")) -> list[dict]:
+    """Every backend diffusers knows: usable here per dtype (probed), why not, and context-parallel capability."""
+    from harness.kernels import EXPECTED
+
+    rows = []
+    for name in all_backend_names():
+        row = {"backend": name, "context_parallel": supports_context_parallel(name)}
+        reasons = {dtype: unavailable_reason(name, dtype) for dtype in dtypes}
+        for dtype in dtypes:
+            row[dtype] = "usable" if reasons[dtype] is None else "no"
+        row["kernels_checked"] = _short_kernels(EXPECTED.get(name))
+        row["reason"] = next((reason for reason in reasons.values() if reason), "")
+        rows.append(row)
+    return rows
+
+
+def _short_kernels(names) -> str:
+    if not names:
+        return "-"
+    if len(names) > 3:
+        return "any SDPA kernel"
+    return ", ".join(sorted(n.replace("aten::_scaled_dot_product_", "").replace("_attention", "") for n in names))

@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     selftest = commands.add_parser("selftest", help="Run the negative controls; exit 0 only if each bug is caught.")
     add_options(selftest, ("references", "case_timeout", "cpu_max_ranks", "budget_factor"))
     selftest.add_argument("--report-dir", dest="report_dir", default="reports/selftest", help="Where to write.")
+    commands.add_parser("backends", help="List diffusers' attention backends: usable here (probed), why not, CP.")
     report = commands.add_parser("report", help="Re-render index.html from results.json, or compare two runs.")
     add_options(report, ("report_dir",))
     report.add_argument("--compare", nargs=2, metavar=("OLD_DIR", "NEW_DIR"), default=None,
@@ -106,7 +107,22 @@ def cmd_report(args) -> int:
     return 0
 
 
-COMMANDS = {"capture": cmd_capture, "run": cmd_run, "selftest": cmd_selftest, "report": cmd_report}
+def cmd_backends(args) -> int:
+    from harness import backends, determinism
+
+    determinism.quiet_diffusers()
+    rows = backends.backend_table()
+    columns = ["backend", "context_parallel", "fp32", "bf16", "kernels_checked", "reason"]
+    cells = [[str(row[c]).replace("RuntimeError: ", "") for c in columns] for row in rows]
+    widths = [max(len(c), *(len(line[i]) for line in cells)) for i, c in enumerate(columns[:-1])]
+    for line in [columns, *cells]:
+        print("  ".join(value.ljust(width) for value, width in zip(line, widths)) + "  " + line[-1])
+    usable = sum(row["fp32"] == "usable" or row["bf16"] == "usable" for row in rows)
+    print(f"\n{usable} of {len(rows)} backends usable on {backends.default_device().type}")
+    return 0
+
+
+COMMANDS = {"backends": cmd_backends, "capture": cmd_capture, "run": cmd_run, "selftest": cmd_selftest, "report": cmd_report}
 
 
 if __name__ == "__main__":

@@ -12,6 +12,9 @@ import torch
 FAULTS = {
     "cp_local_attention": "context parallel: each rank attends only to its own chunk (the classic two half-images bug)",
     "tp_skip_allreduce": "tensor parallel: row-wise layers return their partial sums without the all-reduce",
+    "redirect_dispatch": "backends: `_native_math` and `native` are silently served by each other",
+    "math_runs_flash": "backends: `_native_math` is dispatched but the flash kernel executes",
+    "scaled_softmax": "backends: SDPA runs with a 5% larger softmax scale (subtly wrong numbers)",
 }
 
 
@@ -67,3 +70,59 @@ def _tp_skip_allreduce():
         yield
     finally:
         RowwiseParallel._prepare_output_fn = original
+
+
+@contextlib.contextmanager
+def _registry_entry(name: str, replacement):
+    """Swap one backend function in diffusers' registry (the dispatcher looks it up on every call)."""
+    from harness.backends import registry
+
+    table = registry()._backends
+    key = next(key for key in table if getattr(key, "value", key) == name)
+    original = table[key]
+    table[key] = replacement
+    try:
+        yield
+    finally:
+        table[key] = original
+
+
+def _backend_fn(name: str):
+    from harness.backends import registry
+
+    return next(fn for key, fn in registry()._backends.items() if getattr(key, "value", key) == name)
+
+
+@contextlib.contextmanager
+def _redirect_dispatch():
+    # diffusers silently serving `_native_math` (or `native`) with another backend: counted as that other one.
+    native, math = _backend_fn("native"), _backend_fn("_native_math")
+    with _registry_entry("_native_math", native), _registry_entry("native", math):
+        yield
+
+
+@contextlib.contextmanager
+def _math_runs_flash():
+    # The registry says `_native_math` ran (its counter ticks), but PyTorch executes the flash kernel beneath it.
+    from diffusers.models import attention_dispatch as dispatch
+
+    from harness.backends import _counted
+
+    with _registry_entry("_native_math", _counted("_native_math", dispatch._native_flash_attention)):
+        yield
+
+
+@contextlib.contextmanager
+def _scaled_softmax():
+    # Every native SDPA call uses a 5% larger softmax scale: the right backend and kernel, subtly wrong numbers.
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def scaled(query, key, value, *args, scale=None, **kwargs):
+        base = scale if scale is not None else query.shape[-1] ** -0.5
+        return original(query, key, value, *args, scale=base * 1.05, **kwargs)
+
+    torch.nn.functional.scaled_dot_product_attention = scaled
+    try:
+        yield
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = original

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from harness.errors import HarnessError
 
-DEFAULT_LAYOUTS = ("ulysses2", "ring2", "ulysses4", "ring4", "ring2xulysses2", "tp2", "tp4")
+DEFAULT_LAYOUTS = ("single", "ulysses2", "ring2", "ulysses4", "ring4", "ring2xulysses2", "tp2", "tp4")
 
 _PATTERN = re.compile(
     r"^(?:(?P<single>single)"

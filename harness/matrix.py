@@ -11,7 +11,7 @@ from harness.results import CaseResult, Status
 
 CSV_COLUMNS = ["case_id", "model", "shape", "kind", "layout", "world_size", "backend", "dtype", "status",
                "max_abs_err", "mean_abs_err", "max_rel_err", "tolerance", "baseline_err", "err_ratio", "nonfinite",
-               "dispatched", "reason", "seconds", "peak_mem_mb"]
+               "dispatched", "kernels", "reason", "seconds", "peak_mem_mb"]
 
 MARK = {Status.PASS: "PASS", Status.FAIL: "**FAIL**", Status.ERROR: "**ERROR**", Status.SKIP: "skip",
         Status.TIMEOUT: "**TIMEOUT**", Status.XFAIL: "xfail"}

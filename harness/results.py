@@ -45,6 +45,7 @@ class CaseResult:
     err_ratio: float | None = None
     nonfinite: int | None = None
     dispatched: str = ""
+    kernels: str = ""
     reason: str = ""
     seconds: float | None = None
     peak_mem_mb: float | None = None

@@ -7,6 +7,7 @@ the single-device run of the same dtype and backend by at most `budget_factor`. 
 
 from __future__ import annotations
 
+from harness.kernels import dispatch_mismatch, kernel_mismatch
 from harness.known_issues import KnownIssue, find
 from harness.launch import Outcome
 from harness.results import CaseResult, Status
@@ -21,7 +22,8 @@ def judge(outcome: Outcome, tolerance: float, budget_factor: float) -> CaseResul
     result, record = base_result(outcome.case), outcome.record
     result.seconds = record.get("seconds")
     result.peak_mem_mb = record.get("peak_mem_mb")
-    result.dispatched = " ".join(f"{k}:{v}" for k, v in sorted(record.get("dispatched", {}).items()))
+    result.dispatched = _counts(record.get("dispatched", {}))
+    result.kernels = _counts(record.get("kernels", {}))
     if outcome.timeout:
         result.status, result.reason = Status.TIMEOUT, record.get("error", "case timeout")
         return result
@@ -36,7 +38,22 @@ def judge(outcome: Outcome, tolerance: float, budget_factor: float) -> CaseResul
         setattr(result, key, record[key])
     result.tolerance = tolerance
     result.status, result.reason = _numbers_verdict(result, record, budget_factor)
+    proof = _proof_failure(outcome.case.backend, record)
+    if proof is not None:  # a wrong backend fails even when its numbers happen to agree
+        numbers = f"; numbers: {result.reason or 'within tolerance'}"
+        result.status, result.reason = Status.FAIL, proof + numbers
     return result
+
+
+def _proof_failure(backend: str, record: dict) -> str | None:
+    mismatch = dispatch_mismatch(backend, record.get("dispatched", {}))
+    if mismatch is None and "kernels" in record:
+        mismatch = kernel_mismatch(backend, record["kernels"])
+    return mismatch
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return " ".join(f"{name}:{count}" for name, count in sorted(counts.items()))
 
 
 def _numbers_verdict(result: CaseResult, record: dict, budget_factor: float) -> tuple[Status, str]:

@@ -11,12 +11,13 @@ import os
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-from harness import backends, cpu, determinism, faults
+from harness import backends, cpu, determinism, faults, kernels
 from harness.capture import run_model
 from harness.compare import tensor_metrics
 from harness.dtypes import torch_dtype
@@ -85,23 +86,25 @@ class Worker:
             output = run_model(model, inputs)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
+            forward_s, seconds = time.perf_counter() - forward_started, time.perf_counter() - started
+            dispatched = backends.dispatches()
+            # A second, profiled forward proves the kernels; it stays out of the timings above.
+            executed = kernels.profile_kernels(lambda: run_model(model, inputs))
         if hasattr(output, "full_tensor"):
             output = output.full_tensor()
-        info = {
-            "forward_s": time.perf_counter() - forward_started,
-            "seconds": time.perf_counter() - started,
-            "dispatched": backends.dispatches(),
-        }
+        info = {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched, "kernels": executed}
         if self.device.type == "cuda":
             info["peak_mem_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
         return output, info
 
     def baseline(self, case: Case) -> torch.Tensor | str:
-        """The single-device output in the case's dtype and backend: what the dtype alone costs (rank 0 only)."""
-        key = (case.model, case.shape, case.backend, case.dtype)
+        """What the dtype alone costs (rank 0 only): the single-device output in the case's dtype, with the case's
+        backend for a parallel layout, or with `native` SDPA when the case compares a backend on a single device."""
+        backend = case.backend if case.layout.world_size > 1 else "native"
+        key = (case.model, case.shape, backend, case.dtype)
         if key not in self.baselines:
             try:
-                model, inputs = self.build(case)
+                model, inputs = self.build(replace(case, backend=backend, fault=None))
                 self.baselines[key] = run_model(model, inputs).float().cpu()
             except Exception as error:  # noqa: BLE001 - reported with the case, never fatal
                 self.baselines[key] = backends.first_line(error)

@@ -29,7 +29,7 @@ def test_bad_layout_names_list_valid_forms(name):
 
 
 def test_default_layouts_parse():
-    assert [parse_layout(name).world_size for name in DEFAULT_LAYOUTS] == [2, 2, 4, 4, 4, 2, 4]
+    assert [parse_layout(name).world_size for name in DEFAULT_LAYOUTS] == [1, 2, 2, 4, 4, 4, 2, 4]
 
 
 def test_diffusers_configs():

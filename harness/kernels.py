@@ -1,0 +1,65 @@
+"""Kernel-level proof: which attention kernels PyTorch actually executed, and whether they fit the backend.
+
+The dispatch counters say which diffusers backend function ran; the profiler says which aten kernel ran below it
+(users have found a flash kernel running while the math backend was selected).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+MATH = "aten::_scaled_dot_product_attention_math"
+FLASH = "aten::_scaled_dot_product_flash_attention"
+FLASH_CPU = "aten::_scaled_dot_product_flash_attention_for_cpu"
+EFFICIENT = "aten::_scaled_dot_product_efficient_attention"
+CUDNN = "aten::_scaled_dot_product_cudnn_attention"
+FLEX = "FlexAttentionAutogradOp"
+SDPA_KERNELS = {MATH, FLASH, FLASH_CPU, EFFICIENT, CUDNN, "aten::_scaled_dot_product_fused_attention_overrideable"}
+
+# What each backend may run. `native` is PyTorch's own choice among the SDPA kernels; backends not listed
+# (flash-attn, sage, xformers, hub kernels) are recorded but not judged: their kernel names vary by package version.
+EXPECTED = {
+    "native": SDPA_KERNELS,
+    "_native_math": {MATH},
+    "_native_flash": {FLASH, FLASH_CPU},
+    "_native_efficient": {EFFICIENT},
+    "_native_cudnn": {CUDNN},
+    "flex": {FLEX, "flex_attention"},
+}
+_RECORDED_FRAGMENTS = ("flash_attn", "sageattn", "xformers", "memory_efficient_attention", "flex_attention")
+
+
+def is_attention_kernel(name: str) -> bool:
+    return name in SDPA_KERNELS or name == FLEX or any(fragment in name for fragment in _RECORDED_FRAGMENTS)
+
+
+def profile_kernels(fn: Callable[[], object]) -> dict[str, int]:
+    """Run `fn` once under torch.profiler and count the attention kernels it executed."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    counts = Counter(event.name for event in prof.events() if is_attention_kernel(event.name))
+    return dict(sorted(counts.items()))
+
+
+def kernel_mismatch(backend: str, kernels: dict[str, int]) -> str | None:
+    """Why the executed kernels do not prove `backend` ran; None when they do (or the backend is not judged)."""
+    expected = EXPECTED.get(backend)
+    if expected is None:
+        return None
+    if not kernels:
+        return f"requested {backend}, but no attention kernel executed"
+    foreign = sorted(name for name in kernels if name not in expected)
+    if foreign:
+        return f"requested {backend}, but kernel(s) {', '.join(foreign)} executed"
+    return None
+
+
+def dispatch_mismatch(backend: str, dispatched: dict[str, int]) -> str | None:
+    """A silent fallback must never pass as parity: only the requested backend may have been dispatched."""
+    if set(dispatched) == {backend}:
+        return None
+    ran = ", ".join(f"{name}:{count}" for name, count in sorted(dispatched.items())) or "nothing"
+    return f"requested {backend}, dispatched {ran}"

@@ -1,0 +1,60 @@
+"""Backend availability (a real probe), dispatch and kernel proof checks."""
+
+import time
+
+import pytest
+import torch
+
+from harness import backends
+from harness.kernels import FLASH_CPU, MATH, dispatch_mismatch, kernel_mismatch
+
+
+def test_dispatch_must_be_the_requested_backend_only():
+    assert dispatch_mismatch("native", {"native": 8}) is None
+    assert dispatch_mismatch("_native_math", {"native": 8}) == "requested _native_math, dispatched native:8"
+    assert dispatch_mismatch("native", {}) == "requested native, dispatched nothing"
+    assert "flex:1" in dispatch_mismatch("native", {"native": 7, "flex": 1})
+
+
+def test_kernels_must_fit_the_backend():
+    assert kernel_mismatch("_native_math", {MATH: 2}) is None
+    assert "flash_attention_for_cpu" in kernel_mismatch("_native_math", {FLASH_CPU: 2})
+    assert kernel_mismatch("native", {FLASH_CPU: 2}) is None  # SDPA chooses among its kernels
+    assert kernel_mismatch("_native_flash", {}) == "requested _native_flash, but no attention kernel executed"
+    assert kernel_mismatch("sage", {}) is None  # not judged: package kernels vary by version
+
+
+def test_backend_table_covers_every_diffusers_backend():
+    from diffusers.models.attention_dispatch import AttentionBackendName
+
+    rows = {row["backend"]: row for row in backends.backend_table()}
+    assert set(rows) == {member.value for member in AttentionBackendName}
+    assert rows["native"]["context_parallel"] and not rows["_native_math"]["context_parallel"]
+    assert rows["native"]["bf16"] == "usable"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only expectations")
+def test_probe_reasons_on_cpu():
+    assert backends.unavailable_reason("_native_cudnn", "bf16").startswith("needs CUDA")
+    assert "xformers" in backends.unavailable_reason("xformers", "bf16")
+    assert backends.unavailable_reason("_native_flash", "fp32") is None
+
+
+def test_probe_is_cheap_and_cached():
+    backends.unavailable_reason.cache_clear()
+    for name in ("native", "_native_math", "_native_flash"):
+        started = time.perf_counter()
+        backends.unavailable_reason(name, "bf16")
+        assert time.perf_counter() - started < 1.0
+    started = time.perf_counter()
+    for _ in range(100):
+        backends.unavailable_reason("native", "bf16")
+    assert time.perf_counter() - started < 0.01
+
+
+def test_probe_calls_do_not_count_as_dispatches():
+    backends.install_dispatch_counters()
+    backends.reset_dispatches()
+    backends.unavailable_reason.cache_clear()
+    backends.unavailable_reason("native", "fp32")
+    assert backends.dispatches() == {}
