@@ -15,7 +15,15 @@ FAULTS = {
     "redirect_dispatch": "backends: `_native_math` and `native` are silently served by each other",
     "math_runs_flash": "backends: `_native_math` is dispatched but the flash kernel executes",
     "scaled_softmax": "backends: SDPA runs with a 5% larger softmax scale (subtly wrong numbers)",
+    "rope_sign": "a change to diffusers itself: Flux's RoPE rotates the other way (applies to every run, baseline too)",
+    "hang_rank1": "reliability: rank 1 never reaches the collective the others wait in",
+    "raise_rank1": "reliability: rank 1 raises before the forward while the others wait in a collective",
+    "kill_rank1": "reliability: rank 1 is killed (SIGKILL) in the middle of the case",
 }
+
+# Faults that stand for a change in diffusers itself rather than a parallel bug: the single-device baseline runs
+# with them too, so the layouts still agree with each other while all of them disagree with the stored reference.
+MODEL_CHANGES = {"rope_sign"}
 
 
 def check(name: str) -> None:
@@ -126,3 +134,54 @@ def _scaled_softmax():
         yield
     finally:
         torch.nn.functional.scaled_dot_product_attention = original
+
+
+@contextlib.contextmanager
+def _rope_sign():
+    from diffusers.models.transformers import transformer_flux
+
+    original = transformer_flux.apply_rotary_emb
+
+    def flipped(x, freqs_cis, *args, **kwargs):
+        cos, sin = freqs_cis
+        return original(x, (cos, -sin), *args, **kwargs)
+
+    transformer_flux.apply_rotary_emb = flipped
+    try:
+        yield
+    finally:
+        transformer_flux.apply_rotary_emb = original
+
+
+def _on_rank1(action):
+    import torch.distributed as dist
+
+    @contextlib.contextmanager
+    def context():
+        if dist.is_initialized() and dist.get_rank() == 1:
+            action()
+        yield
+
+    return context
+
+
+def _sleep_forever():
+    import time
+
+    time.sleep(3600)
+
+
+def _raise():
+    raise RuntimeError("deliberate failure on rank 1 (raise_rank1)")
+
+
+def _sigkill_self():
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+_hang_rank1 = _on_rank1(_sleep_forever)
+_raise_rank1 = _on_rank1(_raise)
+_kill_rank1 = _on_rank1(_sigkill_self)

@@ -1,6 +1,7 @@
 """Plan groups to torchrun launches: one launch per world size, many cases each.
 
-A case that hangs or crashes costs only itself: its group is killed and relaunched for the cases left.
+A case that hangs, raises on one rank, or loses a rank costs only itself: the launcher kills the group and
+relaunches it for the cases left. It watches the ranks' event files and their process ids, never a pipe.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import Callable, Iterable
 from harness.plan import Case
 
 POLL_S = 0.1
-RANK_ERROR_GRACE_S = 10.0
+RANK_ERROR_GRACE_S = 5.0  # a rank's error, then no result: the other ranks are stuck in a collective
+STARTUP_TIMEOUT_S = 180.0  # imports, gloo/NCCL init and rendezvous
 
 
 @dataclass
@@ -37,37 +39,62 @@ class _Watch:
     workdir: Path
     world_size: int
     offsets: dict[int, int] = field(default_factory=dict)
+    pids: dict[int, int] = field(default_factory=dict)
     current: str | None = None
-    started_at: float = 0.0
+    started_at: float = field(default_factory=time.monotonic)
     rank_errors: dict[str, dict] = field(default_factory=dict)
 
     def poll(self) -> list[dict]:
-        """New events from every rank; tracks the case in flight and non-zero ranks' errors."""
+        """New result events from every rank; tracks pids, the case in flight and ranks' errors on the way."""
         results = []
         for rank in range(self.world_size):
             path = self.workdir / f"rank{rank}.jsonl"
             if not path.exists():
                 continue
-            with open(path) as handle:
+            with open(path, "rb") as handle:
                 handle.seek(self.offsets.get(rank, 0))
                 chunk = handle.read()
-            complete = chunk[: chunk.rfind("\n") + 1]
-            self.offsets[rank] = self.offsets.get(rank, 0) + len(complete.encode())
-            for line in complete.splitlines():
-                event = json.loads(line)
-                results.extend(self._on(event))
+            complete = chunk[: chunk.rfind(b"\n") + 1]
+            self.offsets[rank] = self.offsets.get(rank, 0) + len(complete)
+            for line in complete.decode().splitlines():
+                results.extend(self._on(json.loads(line)))
         return results
 
     def _on(self, event: dict) -> list[dict]:
         kind, case_id = event["event"], event.get("case_id")
-        if kind == "start" and event["rank"] == 0:
+        if kind == "hello":
+            self.pids[event["rank"]] = event["pid"]
+        elif kind == "start" and event["rank"] == 0:
             self.current, self.started_at = case_id, time.monotonic()
         elif kind == "rank_error":
-            self.rank_errors.setdefault(case_id, event)
+            self.rank_errors.setdefault(case_id, {}).setdefault(event["rank"], {**event, "seen": time.monotonic()})
         elif kind == "result":
             self.current = None
             return [event]
         return []
+
+    def dead_ranks(self) -> list[int]:
+        """Ranks whose process is gone without reporting an error (killed); a rank that reported one and then
+        exited is a follower of whoever failed first."""
+        reported = self.rank_errors.get(self.current, {})
+        return [rank for rank, pid in sorted(self.pids.items()) if rank not in reported and not _alive(pid)]
+
+    def first_error(self, case_id: str) -> dict | None:
+        errors = self.rank_errors.get(case_id, {})
+        return min(errors.values(), key=lambda event: event["time"]) if errors else None
+
+
+def _alive(pid: int) -> bool:
+    """True for a running process; a zombie (killed, not yet reaped by torchrun) counts as dead."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return False
+        return True
 
 
 def launch_command(world_size: int, group_file: Path) -> list[str]:
@@ -86,17 +113,16 @@ def worker_env() -> dict[str, str]:
 
 def kill_tree(process: subprocess.Popen) -> None:
     """torchrun and its ranks share one session: signal them all, then wait, so no orphan survives."""
-    if process.poll() is None:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                process.wait(timeout=5)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if process.poll() is not None:
+            break
+        try:
+            os.killpg(process.pid, sig)
+            process.wait(timeout=5)
+        except ProcessLookupError:
+            break
+        except subprocess.TimeoutExpired:
+            continue
     try:
         os.killpg(process.pid, signal.SIGKILL)  # ranks may outlive a torchrun that already exited
     except (ProcessLookupError, PermissionError):
@@ -104,98 +130,108 @@ def kill_tree(process: subprocess.Popen) -> None:
 
 
 def run_group(cases: list[Case], settings: dict, workdir: Path, case_timeout: float,
-              on_outcome: Callable[[Outcome], None], on_start: Callable[[str], None] = lambda _: None) -> int:
+              on_outcome: Callable[[Outcome], None]) -> int:
     """Run every case of one world size, relaunching after a hang or crash until each has an outcome.
 
     Returns the number of torchrun launches it took.
     """
-    remaining = list(cases)
-    attempt = 0
+    remaining, attempt = list(cases), 0
     while remaining:
         attempt += 1
         folder = workdir / f"ws{remaining[0].world_size}-{attempt}"
         folder.mkdir(parents=True, exist_ok=True)
-        done = _launch_once(remaining, settings, folder, case_timeout, on_outcome, on_start)
+        done = _Launch(remaining, settings, folder, case_timeout, on_outcome).run()
         remaining = [case for case in remaining if case.case_id not in done]
     return attempt
 
 
-def _launch_once(cases, settings, folder: Path, case_timeout: float, on_outcome, on_start) -> set[str]:
-    by_id = {case.case_id: case for case in cases}
-    group_file = folder / "group.json"
-    group_file.write_text(json.dumps({**settings, "workdir": str(folder), "cases": [c.to_dict() for c in cases]}))
-    log_path = folder / "torchrun.log"
-    world_size = cases[0].world_size
-    done: set[str] = set()
-    watch = _Watch(folder, world_size)
-    announced: str | None = None
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(launch_command(world_size, group_file), stdout=log, stderr=subprocess.STDOUT,
-                                   env=worker_env(), start_new_session=True)
-        try:
-            while True:
-                for event in watch.poll():
-                    done.add(event["case_id"])
-                    on_outcome(Outcome(by_id[event["case_id"]], event))
-                if watch.current and watch.current != announced:
-                    announced = watch.current
-                    on_start(announced)
-                if len(done) == len(cases):
-                    break
-                stuck = _stuck_case(watch, case_timeout)
-                exited = process.poll() is not None
-                if stuck is None and not exited:
-                    time.sleep(POLL_S)
-                    continue
-                for event in watch.poll():  # the last lines written before the exit or the kill
-                    done.add(event["case_id"])
-                    on_outcome(Outcome(by_id[event["case_id"]], event))
+class _Launch:
+    """One torchrun launch over `cases`; stops at the first case it has to give up on."""
+
+    def __init__(self, cases, settings, folder: Path, case_timeout: float, on_outcome):
+        self.by_id = {case.case_id: case for case in cases}
+        self.folder, self.case_timeout, self.on_outcome = folder, case_timeout, on_outcome
+        self.world_size = cases[0].world_size
+        self.watch = _Watch(folder, self.world_size)
+        self.done: set[str] = set()
+        group = {**settings, "workdir": str(folder), "cases": [case.to_dict() for case in cases]}
+        (folder / "group.json").write_text(json.dumps(group))
+
+    def run(self) -> set[str]:
+        with open(self.folder / "torchrun.log", "w") as log:
+            process = subprocess.Popen(launch_command(self.world_size, self.folder / "group.json"), stdout=log,
+                                       stderr=subprocess.STDOUT, env=worker_env(), start_new_session=True)
+            try:
+                self._watch(process)
+            finally:
                 kill_tree(process)
-                _blame(watch, by_id, done, stuck, exited, process.returncode, log_path, on_outcome)
-                break
-        finally:
+        return self.done
+
+    def _watch(self, process: subprocess.Popen) -> None:
+        while True:
+            self._deliver(self.watch.poll())
+            if len(self.done) == len(self.by_id):
+                return
+            problem = self._problem(process)
+            if problem is None:
+                time.sleep(POLL_S)
+                continue
+            time.sleep(POLL_S)
+            self._deliver(self.watch.poll())  # the last lines written before the problem
+            self._blame(problem, process.poll())  # before the kill, which would make every rank look dead
             kill_tree(process)
-    return done
+            return
 
+    def _deliver(self, events: list[dict]) -> None:
+        dead = self.watch.dead_ranks()
+        for event in events:
+            if "error" in event and dead:  # rank 0's "connection closed" is a symptom: name the rank that died
+                event = {**event, "error": f"rank {dead[0]} died during the case; rank 0 saw: {event['error']}",
+                         "error_rank": None}
+            self.done.add(event["case_id"])
+            self.on_outcome(Outcome(self.by_id[event["case_id"]], event))
 
-def _stuck_case(watch: _Watch, case_timeout: float) -> tuple[str, str] | None:
-    """(case_id, 'timeout' | 'rank_error') when the case in flight must be given up."""
-    if watch.current is None:
-        return None
-    waited = time.monotonic() - watch.started_at
-    if watch.current in watch.rank_errors and waited > RANK_ERROR_GRACE_S:
-        return watch.current, "rank_error"
-    if waited > case_timeout:
-        return watch.current, "timeout"
-    return None
+    def _problem(self, process) -> str | None:
+        watch = self.watch
+        waited = time.monotonic() - watch.started_at
+        if watch.dead_ranks():
+            return "rank_died"
+        if process.poll() is not None:
+            return "exited"
+        if watch.current is None:
+            return "startup" if not watch.pids and waited > STARTUP_TIMEOUT_S else None
+        first = watch.first_error(watch.current)
+        if first is not None and time.monotonic() - first["seen"] > RANK_ERROR_GRACE_S:
+            return "rank_error"
+        return "timeout" if waited > self.case_timeout else None
 
+    def _blame(self, problem: str, returncode) -> None:
+        """Give the case in flight its outcome; if the launch died before any case started, every case."""
+        current = self.watch.current if self.watch.current in self.by_id else None
+        victims = [current] if current else ([] if self.done else [cid for cid in self.by_id if cid not in self.done])
+        for case_id in victims:
+            self.done.add(case_id)
+            self.on_outcome(self._outcome(case_id, problem, returncode))
 
-def _blame(watch, by_id, done, stuck, exited, returncode, log_path: Path, on_outcome) -> None:
-    """Give the case in flight (or, if none started, every case) its outcome after a kill or a crash."""
-    if stuck is not None:
-        case_id, why = stuck
-        if why == "timeout":
-            elapsed = time.monotonic() - watch.started_at
-            on_outcome(Outcome(by_id[case_id], {"error": f"no result after {elapsed:.0f}s (case timeout)"}, True))
-        else:
-            error = watch.rank_errors[case_id]
-            on_outcome(Outcome(by_id[case_id], {"error": error["message"], "error_rank": error["rank"],
-                                                "traceback": error.get("traceback", "")}))
-        done.add(case_id)
-        return
-    tail = _tail(log_path)
-    victims = [watch.current] if watch.current else [cid for cid in by_id if cid not in done]
-    for case_id in victims:
-        error = watch.rank_errors.get(case_id)
-        message = f"rank {error['rank']}: {error['message']}" if error else \
-            f"worker group exited with code {returncode} before reporting: {tail}"
-        on_outcome(Outcome(by_id[case_id], {"error": message, "traceback": tail}))
-        done.add(case_id)
+    def _outcome(self, case_id: str, problem: str, returncode) -> Outcome:
+        case, waited = self.by_id[case_id], time.monotonic() - self.watch.started_at
+        error, dead = self.watch.first_error(case_id), self.watch.dead_ranks()
+        if dead:  # the others' errors ("connection closed") are symptoms: name the rank that died
+            seen = f"; rank {error['rank']} saw: {error['message']}" if error and error["rank"] != dead[0] else ""
+            return Outcome(case, {"error": f"rank {dead[0]} died during the case (pid {self.watch.pids[dead[0]]})"
+                                           f"{seen}", "traceback": _tail(self.folder / "torchrun.log")})
+        if error is not None:
+            return Outcome(case, {"error": error["message"], "error_rank": error["rank"],
+                                  "traceback": error.get("traceback", "")})
+        if problem == "timeout":
+            return Outcome(case, {"error": f"no result after {waited:.0f}s (case timeout)"}, timeout=True)
+        return Outcome(case, {"error": f"worker group ({problem}, exit code {returncode}) before reporting: "
+                                       f"{_tail(self.folder / 'torchrun.log')}"})
 
 
 def _tail(path: Path, lines: int = 6) -> str:
     try:
-        text = path.read_text(errors="replace").strip().splitlines()
+        text = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:
         return ""
     return " | ".join(line.strip() for line in text[-lines:])

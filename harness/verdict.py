@@ -30,7 +30,7 @@ def judge(outcome: Outcome, tolerance: float, budget_factor: float) -> CaseResul
     if "error" in record:
         rank = record.get("error_rank")
         result.status = Status.ERROR
-        result.reason = record["error"] if rank in (None, 0) else f"rank {rank}: {record['error']}"
+        result.reason = record["error"] if rank is None else f"rank {rank}: {record['error']}"
         if record.get("traceback"):
             result.extra["traceback"] = record["traceback"]
         return result
@@ -61,6 +61,7 @@ def _numbers_verdict(result: CaseResult, record: dict, budget_factor: float) -> 
         return Status.FAIL, f"output has {result.nonfinite} non-finite values (NaN/Inf)"
     if not result.max_abs_err <= result.tolerance:
         return Status.FAIL, f"max abs err {result.max_abs_err:.3g} > tolerance {result.tolerance:.3g}"
+    result.extra["vs_baseline_max_abs"] = record.get("vs_baseline_max_abs")
     if result.dtype == "fp32":
         return Status.PASS, ""
     baseline = record.get("baseline")
@@ -68,7 +69,6 @@ def _numbers_verdict(result: CaseResult, record: dict, budget_factor: float) -> 
         return Status.PASS, f"no error budget: single-device {result.dtype} run failed ({record.get('baseline_error')})"
     result.baseline_err = baseline["mean_abs_err"]
     result.err_ratio = result.mean_abs_err / result.baseline_err if result.baseline_err > 0 else float("inf")
-    result.extra["vs_baseline_max_abs"] = record.get("vs_baseline_max_abs")
     if result.err_ratio > budget_factor:
         return Status.FAIL, (f"error budget: mean abs err {result.mean_abs_err:.3g} is {result.err_ratio:.2f}x the "
                              f"single-device {result.dtype} error {result.baseline_err:.3g} (budget {budget_factor}x)")

@@ -101,11 +101,13 @@ class Worker:
         """What the dtype alone costs (rank 0 only): the single-device output in the case's dtype, with the case's
         backend for a parallel layout, or with `native` SDPA when the case compares a backend on a single device."""
         backend = case.backend if case.layout.world_size > 1 else "native"
-        key = (case.model, case.shape, backend, case.dtype)
+        model_change = case.fault if case.fault in faults.MODEL_CHANGES else None
+        key = (case.model, case.shape, backend, case.dtype, model_change)
         if key not in self.baselines:
             try:
                 model, inputs = self.build(replace(case, backend=backend, fault=None))
-                self.baselines[key] = run_model(model, inputs).float().cpu()
+                with faults.active(model_change):
+                    self.baselines[key] = run_model(model, inputs).float().cpu()
             except Exception as error:  # noqa: BLE001 - reported with the case, never fatal
                 self.baselines[key] = backends.first_line(error)
             finally:
@@ -116,13 +118,12 @@ class Worker:
         reference = self.reference(case)
         metrics = tensor_metrics(output.float().cpu(), reference.output)
         record = {**metrics, **info}
-        if case.dtype != "fp32":
-            baseline = self.baseline(case)
-            if isinstance(baseline, str):
-                record["baseline_error"] = baseline
-            else:
-                record["baseline"] = tensor_metrics(baseline, reference.output)
-                record["vs_baseline_max_abs"] = tensor_metrics(output.float().cpu(), baseline)["max_abs_err"]
+        baseline = self.baseline(case)
+        if isinstance(baseline, str):
+            record["baseline_error"] = baseline
+        else:
+            record["baseline"] = tensor_metrics(baseline, reference.output)
+            record["vs_baseline_max_abs"] = tensor_metrics(output.float().cpu(), baseline)["max_abs_err"]
         return record
 
     def run(self) -> None:
@@ -148,6 +149,7 @@ class Worker:
         failed = [(rank, err) for rank, err in enumerate(errors) if err is not None]
         if failed:
             rank, err = failed[0]
+            rank = None if len(failed) == len(errors) else rank  # every rank refused: diffusers' own error
             self.emit("result", case_id=case.case_id, error=err["message"], error_rank=rank,
                       traceback=err["traceback"])
             return
@@ -176,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     backends.install_dispatch_counters()
     rank, world_size = init_distributed()
     worker = Worker(group, rank, world_size)
+    worker.emit("hello", pid=os.getpid())
     try:
         worker.run()
         worker.emit("done")
