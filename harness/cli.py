@@ -9,7 +9,7 @@ from pathlib import Path
 from harness.errors import HarnessError
 from harness.settings import OPTIONS, load_settings
 
-RUN_OPTIONS = ("models", "layouts", "backends", "dtypes", "references", "report_dir", "known_issues",
+RUN_OPTIONS = ("plan", "models", "shapes", "layouts", "backends", "dtypes", "references", "report_dir", "known_issues",
                "case_timeout", "cpu_max_ranks", "budget_factor")
 
 
@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     selftest = commands.add_parser("selftest", help="Run the negative controls; exit 0 only if each bug is caught.")
     add_options(selftest, ("references", "case_timeout", "cpu_max_ranks", "budget_factor"))
     selftest.add_argument("--report-dir", dest="report_dir", default="reports/selftest", help="Where to write.")
+    commands.add_parser("models", help="List diffusers' transformers with a parallel plan and the harness's coverage.")
     commands.add_parser("backends", help="List diffusers' attention backends: usable here (probed), why not, CP.")
     report = commands.add_parser("report", help="Re-render index.html from results.json, or compare two runs.")
     add_options(report, ("report_dir",))
@@ -122,7 +123,27 @@ def cmd_backends(args) -> int:
     return 0
 
 
-COMMANDS = {"backends": cmd_backends, "capture": cmd_capture, "run": cmd_run, "selftest": cmd_selftest, "report": cmd_report}
+def cmd_models(args) -> int:
+    from harness import determinism
+    from harness.zoo import NOT_COVERED, SPECS
+    from harness.zoo.discover import import_failures, parallel_classes
+
+    determinism.quiet_diffusers()
+    rows = parallel_classes()
+    print(f"{'class':34s} {'_cp_plan':9s} {'_tp_plan':9s} {'spec':12s} shapes / why not covered")
+    for row in rows:
+        spec = SPECS.get(row["spec"]) if row["spec"] else None
+        detail = ", ".join(spec.shapes) if spec else NOT_COVERED.get(row["class_name"], "NOT COVERED: no spec")
+        print(f"{row['class_name']:34s} {'yes' if row['has_cp_plan'] else '-':9s} "
+              f"{'yes' if row['has_tp_plan'] else '-':9s} {row['spec'] or '-':12s} {detail}")
+    for module, error in import_failures():
+        print(f"could not import {module}: {error}")
+    covered = sum(1 for row in rows if row["spec"])
+    print(f"\n{covered} of {len(rows)} classes with a parallel plan have a spec")
+    return 0
+
+
+COMMANDS = {"models": cmd_models, "backends": cmd_backends, "capture": cmd_capture, "run": cmd_run, "selftest": cmd_selftest, "report": cmd_report}
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Layout names (`single`, `ulysses2`, `ring2`, `ring2xulysses2`, `tp2`, ...) and the diffusers configs they become."""
+"""Layout names (`single`, `ulysses2`, `ring2`, `ring2xulysses2`, `ulysses2any`, `tp2`, `tp2+ulysses2`, ...)
+and the diffusers configs they become."""
 
 from __future__ import annotations
 
@@ -8,14 +9,11 @@ from dataclasses import dataclass
 from harness.errors import HarnessError
 
 DEFAULT_LAYOUTS = ("single", "ulysses2", "ring2", "ulysses4", "ring4", "ring2xulysses2", "tp2", "tp4")
+FULL_LAYOUTS = (*DEFAULT_LAYOUTS, "ulysses2any", "ring2any", "ulysses4any", "tp2+ulysses2", "tp2+ring2")
 
-_PATTERN = re.compile(
-    r"^(?:(?P<single>single)"
-    r"|ring(?P<rx>\d+)xulysses(?P<ux>\d+)"
-    r"|ulysses(?P<u>\d+)(?P<uany>any)?"
-    r"|ring(?P<r>\d+)(?P<rany>any)?"
-    r"|tp(?P<tp>\d+))$"
-)
+_CP = r"(?:ring(?P<rx>\d+)xulysses(?P<ux>\d+)|ulysses(?P<u>\d+)(?P<uany>any)?|ring(?P<r>\d+)(?P<rany>any)?)"
+_PATTERN = re.compile(rf"^(?:(?P<single>single)|tp(?P<tp>\d+)(?:\+{_CP})?|{_CP.replace('?P<', '?P<c_')})$")
+FORMS = "single, ulyssesN, ulyssesNany, ringN, ringNany, ringRxulyssesU, tpN, tpN+ulyssesM, tpN+ringM (N, M >= 2)"
 
 
 @dataclass(frozen=True)
@@ -36,51 +34,45 @@ class Layout:
     def is_context_parallel(self) -> bool:
         return self.ring * self.ulysses > 1
 
-    @property
-    def needs_lse(self) -> bool:
-        """Ring attention merges partial results with the log-sum-exp, which the backend must return."""
-        return self.ring > 1
+    def mesh_spec(self) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+        """The device mesh for this layout (a 2-D one when TP and CP combine), built once per launch and reused."""
+        shape, names = [], []
+        for degree, name in ((self.tp, "tp"), (self.ring, "ring"), (self.ulysses, "ulysses")):
+            if degree > 1 or (name != "tp" and self.is_context_parallel):
+                shape.append(degree)
+                names.append(name)
+        return (tuple(shape), tuple(names)) if shape else None
 
     def diffusers_config(self, mesh=None):
-        """The `ContextParallelConfig` / `TensorParallelConfig` that `enable_parallelism` receives."""
-        from diffusers import ContextParallelConfig, TensorParallelConfig
+        """What `enable_parallelism` receives: a `ContextParallelConfig`, a `TensorParallelConfig`, or both in a
+        `ParallelConfig` (diffusers decides whether it accepts the combination)."""
+        from diffusers import ContextParallelConfig, ParallelConfig, TensorParallelConfig
 
-        if self.tp > 1:
-            return TensorParallelConfig(tp_degree=self.tp, mesh=mesh)
+        cp = tp = None
         if self.is_context_parallel:
-            return ContextParallelConfig(
-                ring_degree=self.ring,
-                ulysses_degree=self.ulysses,
-                ulysses_anything=self.anything and self.ulysses > 1,
-                ring_anything=self.anything and self.ring > 1,
-                mesh=mesh,
+            cp = ContextParallelConfig(
+                ring_degree=self.ring, ulysses_degree=self.ulysses,
+                ulysses_anything=self.anything and self.ulysses > 1, ring_anything=self.anything and self.ring > 1,
+                mesh=mesh["ring", "ulysses"] if mesh is not None and self.tp > 1 else mesh,
             )
-        return None
-
-    def mesh_spec(self) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
-        """The device mesh diffusers would build for this layout, so a worker can build it once and reuse it."""
         if self.tp > 1:
-            return (self.tp,), ("tp",)
-        if self.is_context_parallel:
-            return (self.ring, self.ulysses), ("ring", "ulysses")
-        return None
+            tp = TensorParallelConfig(tp_degree=self.tp, mesh=mesh["tp"] if mesh is not None and cp else mesh)
+        if cp is not None and tp is not None:
+            return ParallelConfig(context_parallel_config=cp, tensor_parallel_config=tp)
+        return cp or tp
 
 
 def parse_layout(name: str) -> Layout:
     match = _PATTERN.match(name)
     if match is None:
-        raise HarnessError(
-            f"unknown layout {name!r}; valid forms: single, ulyssesN, ulyssesNany, ringN, ringNany, "
-            "ringRxulyssesU, tpN (N >= 2)"
-        )
-    groups = {key: value for key, value in match.groupdict().items() if value}
+        raise HarnessError(f"unknown layout {name!r}; valid forms: {FORMS}")
+    groups = {key.removeprefix("c_"): value for key, value in match.groupdict().items() if value}
     if "single" in groups:
         return Layout(name)
     degrees = {key: int(value) for key, value in groups.items() if value.isdigit()}
     if any(value < 2 for value in degrees.values()):
         raise HarnessError(f"layout {name!r}: every degree must be at least 2")
-    if "tp" in degrees:
-        return Layout(name, tp=degrees["tp"])
     ring = degrees.get("r", degrees.get("rx", 1))
     ulysses = degrees.get("u", degrees.get("ux", 1))
-    return Layout(name, ring=ring, ulysses=ulysses, anything=bool(groups.get("uany") or groups.get("rany")))
+    anything = bool(groups.get("uany") or groups.get("rany"))
+    return Layout(name, ring=ring, ulysses=ulysses, tp=degrees.get("tp", 1), anything=anything)

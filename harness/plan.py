@@ -72,6 +72,11 @@ def skip_reason(case: Case, rank_limit: int) -> str | None:
     return backend_info.unavailable_reason(case.backend, case.dtype)
 
 
+def shapes_for(spec, wanted) -> list[str]:
+    """The spec's shapes among `wanted` (or all of them); a model without a shape simply has no such case."""
+    return list(spec.shapes) if "all" in wanted else [name for name in wanted if name in spec.shapes]
+
+
 def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_ranks: int = 4,
                fault: str | None = None) -> list[PlannedCase]:
     for dtype in dtypes:
@@ -84,11 +89,30 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
             raise HarnessError(f"unknown backend {backend!r}; valid backends: {', '.join(sorted(known_backends))}")
     parsed = [parse_layout(name) for name in layouts]
     specs = [get_spec(name) for name in models]
+    known_shapes = {name for spec in specs for name in spec.shapes} | {"all"}
+    if set(shapes) - known_shapes:
+        raise HarnessError(f"unknown shape(s) {sorted(set(shapes) - known_shapes)}; valid shapes of these models: "
+                           f"{', '.join(sorted(known_shapes))}")
     limit = max_ranks(cpu_max_ranks)
     plan = []
-    for spec, shape, layout, backend, dtype in product(specs, shapes, parsed, backends, dtypes):
-        if shape not in spec.shapes:
-            continue
-        case = Case(spec.name, layout, backend, dtype, shape=shape, fault=fault)
-        plan.append(PlannedCase(case, skip_reason(case, limit)))
+    for spec in specs:
+        for shape, layout, backend, dtype in product(shapes_for(spec, shapes), parsed, backends, dtypes):
+            case = Case(spec.name, layout, backend, dtype, shape=shape, fault=fault)
+            plan.append(PlannedCase(case, skip_reason(case, limit)))
     return plan
+
+
+def uncovered_rows() -> list[PlannedCase]:
+    """A SKIP row for every class of the installed diffusers with a parallel plan but no harness spec, so a model
+    that gains `_cp_plan` or `_tp_plan` upstream is visible in the matrix the day it lands."""
+    from harness.layouts import Layout
+    from harness.zoo import NOT_COVERED
+    from harness.zoo.discover import parallel_classes
+
+    rows = []
+    for row in parallel_classes():
+        if row["spec"] is None:
+            reason = NOT_COVERED.get(row["class_name"], "no harness spec yet (add one under harness/zoo/)")
+            case = Case(row["class_name"], Layout("-"), "-", "-")
+            rows.append(PlannedCase(case, f"not covered: {row['class_name']} has a parallel plan; {reason}"))
+    return rows

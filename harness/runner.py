@@ -16,7 +16,7 @@ from harness.capture import capture
 from harness.errors import HarnessError
 from harness.known_issues import load_known_issues
 from harness.launch import Outcome, group_by_world_size, run_group
-from harness.plan import PlannedCase, build_plan
+from harness.plan import PlannedCase, build_plan, uncovered_rows
 from harness.report import render_html
 from harness.reference import read_meta, read_reference, reference_path
 from harness.results import CaseResult, Status, write_results
@@ -52,9 +52,10 @@ def ensure_references(pairs: set[tuple[str, str]], root: Path, echo: Callable[[s
     return metas
 
 
-def plan_from(settings: Settings, fault: str | None = None, shapes=("default",)) -> list[PlannedCase]:
-    return build_plan(settings.models, settings.layouts, settings.backends, settings.dtypes, shapes,
+def plan_from(settings: Settings, fault: str | None = None) -> list[PlannedCase]:
+    plan = build_plan(settings.models, settings.layouts, settings.backends, settings.dtypes, settings.shapes,
                       settings.cpu_max_ranks, fault)
+    return plan + uncovered_rows()
 
 
 def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,

@@ -21,6 +21,7 @@ CONTROLS = [
     ("flux", "ulysses2", "native", "fp32", "cp_local_attention", "> tolerance"),
     ("flux", "ring2", "_native_flash", "fp32", "cp_local_attention", "> tolerance"),
     ("flux", "ulysses2", "native", "bf16", "cp_local_attention", "error budget"),
+    ("flux", "ring2", "_native_flash", "bf16", "extra_rounding", "error budget"),
     ("qwenimage", "ulysses2", "native", "fp32", "cp_local_attention", "> tolerance"),
     ("flux", "tp2", "native", "fp32", "tp_skip_allreduce", "> tolerance"),
     ("flux2", "tp2", "native", "fp32", "tp_skip_allreduce", "> tolerance"),

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
-from harness.layouts import DEFAULT_LAYOUTS
+from harness.layouts import DEFAULT_LAYOUTS, FULL_LAYOUTS
 
 
 @dataclass(frozen=True)
@@ -25,17 +25,31 @@ class Option:
 OPTIONS = {
     option.name: option
     for option in (
+        Option("plan", "quick", "Preset for the options not given: quick (CI) or full (every model, shape, layout, dtype)."),
         Option("models", ["flux", "flux2", "qwenimage"], "Models of the zoo to run, comma-separated.", True),
+        Option("shapes", ["default"], "Input shapes per model (default, txt7, img15, masked, ...) or 'all'.", True),
         Option("layouts", list(DEFAULT_LAYOUTS), "Parallel layouts, e.g. ulysses2,ring2,ring2xulysses2,tp2.", True),
         Option("backends", ["native", "_native_math", "_native_flash", "flex"], "Attention backends to run.", True),
         Option("dtypes", ["fp32", "bf16"], "Dtypes to run (fp32, bf16, fp16), comma-separated.", True),
         Option("references", "references", "Directory of the captured fp32 references."),
         Option("report_dir", "reports", "Directory where matrix.csv, matrix.md and results.json are written."),
         Option("known_issues", "known_issues.toml", "TOML file of known failures that become XFAIL."),
-        Option("case_timeout", 120.0, "Seconds one case may run before it is TIMEOUT and its group relaunched."),
+        Option("case_timeout", 0.0, "Seconds a case may run before it is TIMEOUT (0: 60 s + 60 s per GB of weights)."),
         Option("cpu_max_ranks", 4, "Most ranks a CPU-only machine runs; larger layouts are SKIP."),
         Option("budget_factor", 1.25, "Low precision: a layout may add at most this factor over the dtype's own error."),
     )
+}
+
+GPU_BACKENDS = ["_native_cudnn", "_native_efficient", "flash", "_flash_3", "sage", "xformers"]
+PLANS = {
+    "quick": {},
+    "full": {
+        "models": "all",
+        "shapes": ["all"],
+        "layouts": list(FULL_LAYOUTS),
+        "backends": ["native", "_native_math", "_native_flash", "flex", *GPU_BACKENDS],
+        "dtypes": ["fp32", "bf16", "fp16"],
+    },
 }
 
 DEFAULT_TOLERANCES = {"fp32": 1e-5, "bf16": 1e-1, "fp16": 2e-2}
@@ -89,9 +103,16 @@ def load_settings(overrides: dict[str, Any] | None = None, start: Path | None = 
             values[key.replace("-", "_")] = value
         else:
             raise HarnessError(f"{pyproject}: unknown key [tool.harness] {key!r}; valid keys: {', '.join(OPTIONS)}")
-    for key, value in (overrides or {}).items():
-        if value is not None:
-            values[key] = split_list(value) if OPTIONS[key].is_list else value
+    overrides = {key: value for key, value in (overrides or {}).items() if value is not None}
+    plan = overrides.get("plan", values["plan"])
+    if plan not in PLANS:
+        raise HarnessError(f"unknown plan {plan!r}; valid plans: {', '.join(PLANS)}")
+    for key, value in {**PLANS[plan], **overrides}.items():
+        values[key] = split_list(value) if OPTIONS[key].is_list else value
+    if values["models"] == ["all"]:
+        from harness.zoo import SPECS
+
+        values["models"] = list(SPECS)
     return Settings(values, tolerances, root)
 
 

@@ -63,8 +63,9 @@ class Worker:
         model = get_spec(case.model).model_class()(**reference.meta["config"])
         model.load_state_dict(reference.weights)
         model = model.to(self.device, dtype).eval()
+        # `.clone()`: tensors mapped from the file can sit at unaligned addresses, which moves results by ~1e-7.
         inputs = {
-            key: value.to(self.device, dtype if value.is_floating_point() else value.dtype)
+            key: value.to(self.device, dtype if value.is_floating_point() else value.dtype).clone()
             if isinstance(value, torch.Tensor) else value
             for key, value in reference.inputs.items()
         }
@@ -74,10 +75,11 @@ class Worker:
     def run_case(self, case: Case) -> tuple[torch.Tensor, dict]:
         started = time.perf_counter()
         model, inputs = self.build(case)
-        config = case.layout.diffusers_config(mesh=self.mesh(case.layout))
         with faults.active(case.fault):
+            config = case.layout.diffusers_config(self.mesh(case.layout))
             if config is not None:
-                model.enable_parallelism(config=config)
+                cp_plan = get_spec(case.model).context_parallel_plan(self.reference(case).meta["config"])
+                model.enable_parallelism(config=config, cp_plan=cp_plan)
             backends.reset_dispatches()
             if self.device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(self.device)

@@ -1,6 +1,9 @@
-"""FLUX.1: `FluxTransformer2DModel` (config adapted from diffusers' own model tests, 4 heads for degree 4)."""
+"""FLUX.1: `FluxTransformer2DModel` (config adapted from diffusers' own model tests, 4 heads for degree 4).
 
-from harness.zoo.spec import ModelSpec, Shape, image_grid_ids, randn
+Flux takes no text mask: its pipeline always passes the full T5 sequence, so there is no "masked" shape.
+"""
+
+from harness.zoo.spec import ModelSpec, Shape, image_grid_ids, randn, shapes
 
 CONFIG = {
     "patch_size": 1,
@@ -14,6 +17,9 @@ CONFIG = {
     "axes_dims_rope": [4, 4, 8],
 }
 
+# Image and text tokens are both split by context parallelism, so each odd length gets its own shape.
+SHAPES = shapes(Shape("default"), Shape("txt7", text=7), Shape("img15", height=3, width=5))
+
 
 def make_inputs(generator, shape: Shape):
     return {
@@ -26,4 +32,4 @@ def make_inputs(generator, shape: Shape):
     }
 
 
-SPEC = ModelSpec("flux", "FluxTransformer2DModel", CONFIG, make_inputs, {"default": Shape(text=48)})
+SPEC = ModelSpec("flux", "FluxTransformer2DModel", CONFIG, make_inputs, SHAPES)

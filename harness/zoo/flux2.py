@@ -1,8 +1,11 @@
-"""FLUX.2: `Flux2TransformerModel` with guidance and 4-axis (t, h, w, l) position ids."""
+"""FLUX.2: `Flux2Transformer2DModel` with guidance and 4-axis (t, h, w, l) position ids.
+
+Like Flux, no text mask reaches the transformer, so there is no "masked" shape.
+"""
 
 import torch
 
-from harness.zoo.spec import ModelSpec, Shape, image_grid_ids, randn
+from harness.zoo.spec import ModelSpec, Shape, image_grid_ids, randn, shapes
 
 CONFIG = {
     "patch_size": 1,
@@ -15,6 +18,8 @@ CONFIG = {
     "timestep_guidance_channels": 256,
     "axes_dims_rope": [4, 4, 4, 4],
 }
+
+SHAPES = shapes(Shape("default"), Shape("txt7", text=7), Shape("img15", height=3, width=5))
 
 
 def make_inputs(generator, shape: Shape):
@@ -30,4 +35,4 @@ def make_inputs(generator, shape: Shape):
     }
 
 
-SPEC = ModelSpec("flux2", "Flux2Transformer2DModel", CONFIG, make_inputs, {"default": Shape(text=48)})
+SPEC = ModelSpec("flux2", "Flux2Transformer2DModel", CONFIG, make_inputs, SHAPES)

@@ -50,3 +50,41 @@ def test_unknown_names_are_rejected_with_the_valid_ones(kwargs, message):
 def test_case_ids_read_like_the_contract():
     plan = build_plan(["flux"], ["ulysses2"], ["native"], ["fp32"])
     assert [p.case.case_id for p in plan] == ["flux/ulysses2/native/fp32/tensor"]
+
+
+def test_shape_variants_appear_in_case_ids():
+    plan = build_plan(["qwenimage"], ["ulysses2"], ["native"], ["fp32"], shapes=["all"])
+    ids = [p.case.case_id for p in plan]
+    assert "qwenimage/ulysses2/native/fp32/tensor" in ids
+    assert "qwenimage@txt7/ulysses2/native/fp32/tensor" in ids
+    assert "qwenimage@masked/ulysses2/native/fp32/tensor" in ids
+
+
+def test_unknown_shape_lists_the_valid_ones():
+    with pytest.raises(HarnessError, match="unknown shape.*'txt9'.*txt7"):
+        build_plan(["flux"], ["ulysses2"], ["native"], ["fp32"], shapes=["txt9"])
+
+
+def test_class_with_a_plan_but_no_spec_is_a_skip_row(monkeypatch):
+    from harness.plan import uncovered_rows
+    from harness.zoo import SPECS, discover
+
+    discover._discover.cache_clear()
+    monkeypatch.delitem(SPECS, "wan")
+    try:
+        rows = {p.case.case_id: p.skip_reason for p in uncovered_rows()}
+    finally:
+        discover._discover.cache_clear()
+    assert "WanTransformer3DModel/-/-/-/tensor" in rows
+    assert rows["WanTransformer3DModel/-/-/-/tensor"].startswith("not covered: WanTransformer3DModel")
+    assert not any("Flux" in case_id for case_id in rows)
+
+
+def test_full_plan_preset_covers_every_model_and_dtype(project):
+    from harness.settings import load_settings
+    from harness.zoo import SPECS
+
+    settings = load_settings({"plan": "full", "dtypes": "fp32"})
+    assert settings.models == list(SPECS)
+    assert settings.dtypes == ["fp32"]  # the command line still wins over the preset
+    assert "tp2+ulysses2" in settings.layouts and "ulysses2any" in settings.layouts
