@@ -9,7 +9,7 @@ from pathlib import Path
 from harness.errors import HarnessError
 from harness.settings import OPTIONS, load_settings
 
-RUN_OPTIONS = ("plan", "models", "shapes", "layouts", "backends", "dtypes", "references", "report_dir", "known_issues",
+RUN_OPTIONS = ("plan", "models", "kinds", "weights", "shapes", "layouts", "backends", "dtypes", "references", "report_dir", "known_issues",
                "case_timeout", "cpu_max_ranks", "budget_factor")
 
 
@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness", description=__doc__.split(":")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     capture = commands.add_parser("capture", help="Capture fp32 single-device references into references/.")
-    add_options(capture, ("models", "references"))
+    add_options(capture, ("models", "kinds", "weights", "references"))
     capture.add_argument("--force", action="store_true", help="Replace existing references.")
     run = commands.add_parser("run", help="Run the parity matrix under torchrun and write reports/.")
     add_options(run, RUN_OPTIONS)
@@ -65,12 +65,10 @@ def _settings(args):
 
 
 def cmd_capture(args) -> int:
-    from harness.capture import capture
-    from harness.zoo import get_spec
+    from harness.capture import capture_all
 
     settings = _settings(args)
-    specs = [get_spec(name) for name in settings.models]
-    capture([(spec, shape) for spec in specs for shape in spec.shapes], settings.path("references"), args.force)
+    capture_all(settings.models, settings.path("references"), args.force, settings.kinds, settings.weights)
     return 0
 
 

@@ -34,14 +34,48 @@ def is_attention_kernel(name: str) -> bool:
     return name in SDPA_KERNELS or name == FLEX or any(fragment in name for fragment in _RECORDED_FRAGMENTS)
 
 
-def profile_kernels(fn: Callable[[], object]) -> dict[str, int]:
-    """Run `fn` once under torch.profiler and count the attention kernels it executed."""
+SCOPE = "harness::scope"
+
+
+def profile_kernels(fn: Callable[[], object], scope=None) -> dict[str, int]:
+    """Run `fn` once under torch.profiler and count the attention kernels it executed, only those inside `scope`'s
+    forward when a module is given (a pipeline's VAE may call SDPA itself; only the transformer's are judged)."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    counts = Counter(event.name for event in prof.events() if is_attention_kernel(event.name))
-    return dict(sorted(counts.items()))
+    handles = _mark(scope) if scope is not None else []
+    try:
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+    finally:
+        for handle in handles:
+            handle.remove()
+    events = [e for e in prof.events() if is_attention_kernel(e.name) and (scope is None or _inside_scope(e))]
+    return dict(sorted(Counter(event.name for event in events).items()))
+
+
+def _mark(module) -> list:
+    """Forward hooks that open and close a profiler range named SCOPE around every call of `module`."""
+    import torch
+
+    ranges = []
+
+    def enter(*_):
+        ranges.append(torch.autograd.profiler.record_function(SCOPE))
+        ranges[-1].__enter__()
+
+    def leave(*_):
+        ranges.pop().__exit__(None, None, None)
+
+    return [module.register_forward_pre_hook(enter), module.register_forward_hook(leave)]
+
+
+def _inside_scope(event) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name == SCOPE:
+            return True
+        parent = parent.cpu_parent
+    return False
 
 
 def kernel_mismatch(backend: str, kernels: dict[str, int]) -> str | None:

@@ -11,6 +11,7 @@ from harness.results import CaseResult, Status
 
 CSV_COLUMNS = ["case_id", "model", "shape", "kind", "layout", "world_size", "backend", "dtype", "status",
                "max_abs_err", "mean_abs_err", "max_rel_err", "tolerance", "baseline_err", "err_ratio", "nonfinite",
+               "ssim", "psnr",
                "dispatched", "kernels", "reason", "seconds", "peak_mem_mb"]
 
 MARK = {Status.PASS: "PASS", Status.FAIL: "**FAIL**", Status.ERROR: "**ERROR**", Status.SKIP: "skip",
@@ -40,7 +41,9 @@ def write_csv(results: list[CaseResult], path: Path) -> None:
 
 def _cell(result: CaseResult, markdown: bool) -> str:
     label = MARK[result.status] if markdown else result.status.value
-    if result.status in (Status.PASS, Status.FAIL, Status.XFAIL) and result.max_abs_err is not None:
+    if result.kind == "image" and result.ssim is not None:
+        label += f" ssim {result.ssim:.4f}"
+    elif result.status in (Status.PASS, Status.FAIL, Status.XFAIL) and result.max_abs_err is not None:
         label += f" {result.max_abs_err:.1e}"
     return label
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from itertools import product
 
@@ -69,6 +70,8 @@ def skip_reason(case: Case, rank_limit: int) -> str | None:
         return f"{spec.class_name} defines no _tp_plan"
     if layout.is_context_parallel and not backend_info.supports_context_parallel(case.backend):
         return f"diffusers does not register backend {case.backend!r} as context-parallel capable"
+    if case.kind == "image" and importlib.util.find_spec("transformers") is None:
+        return "image cases need the `transformers` package (diffusers' pipeline classes import it)"
     return backend_info.unavailable_reason(case.backend, case.dtype)
 
 
@@ -78,7 +81,9 @@ def shapes_for(spec, wanted) -> list[str]:
 
 
 def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_ranks: int = 4,
-               fault: str | None = None) -> list[PlannedCase]:
+               fault: str | None = None, kinds=("tensor",), weights_dir=None) -> list[PlannedCase]:
+    """Every case, in a stable order; what cannot run here carries its SKIP reason. Image cases exist for the models
+    with a tiny pipeline, at the tiny pipeline's own size, or on the local checkpoint `weights_dir`."""
     for dtype in dtypes:
         torch_dtype(dtype)
     if fault is not None:
@@ -93,13 +98,26 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
     if set(shapes) - known_shapes:
         raise HarnessError(f"unknown shape(s) {sorted(set(shapes) - known_shapes)}; valid shapes of these models: "
                            f"{', '.join(sorted(known_shapes))}")
+    unknown_kinds = set(kinds) - {"tensor", "image"}
+    if unknown_kinds:
+        raise HarnessError(f"unknown kind(s) {sorted(unknown_kinds)}; valid kinds: tensor, image")
     limit = max_ranks(cpu_max_ranks)
     plan = []
     for spec in specs:
-        for shape, layout, backend, dtype in product(shapes_for(spec, shapes), parsed, backends, dtypes):
-            case = Case(spec.name, layout, backend, dtype, shape=shape, fault=fault)
-            plan.append(PlannedCase(case, skip_reason(case, limit)))
+        for kind, shape in _kind_shapes(spec, kinds, shapes, weights_dir):
+            for layout, backend, dtype in product(parsed, backends, dtypes):
+                case = Case(spec.name, layout, backend, dtype, kind=kind, shape=shape, fault=fault)
+                plan.append(PlannedCase(case, skip_reason(case, limit)))
     return plan
+
+
+def _kind_shapes(spec, kinds, shapes, weights_dir) -> list[tuple[str, str]]:
+    from harness.image_runs import has_pipeline, weights_tag
+
+    pairs = [("tensor", shape) for shape in shapes_for(spec, shapes)] if "tensor" in kinds else []
+    if "image" in kinds and has_pipeline(spec.name):
+        pairs.append(("image", "default" if weights_dir is None else weights_tag(weights_dir)))
+    return pairs
 
 
 def uncovered_rows() -> list[PlannedCase]:

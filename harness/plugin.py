@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-RUN_OPTIONS = ("plan", "models", "shapes", "layouts", "backends", "dtypes", "references", "report_dir", "known_issues",
+RUN_OPTIONS = ("plan", "models", "kinds", "weights", "shapes", "layouts", "backends", "dtypes", "references", "report_dir", "known_issues",
                "case_timeout", "cpu_max_ranks", "budget_factor")
 
 

@@ -44,6 +44,8 @@ class CaseResult:
     baseline_err: float | None = None
     err_ratio: float | None = None
     nonfinite: int | None = None
+    ssim: float | None = None
+    psnr: float | None = None
     dispatched: str = ""
     kernels: str = ""
     reason: str = ""

@@ -12,17 +12,15 @@ from pathlib import Path
 from typing import Callable
 
 from harness import environment, matrix
-from harness.capture import capture
-from harness.errors import HarnessError
+from harness.capture import ensure_references
 from harness.known_issues import load_known_issues
 from harness.launch import Outcome, group_by_world_size, run_group
 from harness.plan import PlannedCase, build_plan, uncovered_rows
 from harness.report import render_html
-from harness.reference import read_meta, read_reference, reference_path
+from harness.reference import reference_path
 from harness.results import CaseResult, Status, write_results
 from harness.settings import Settings
 from harness.verdict import apply_known_issues, judge, skipped
-from harness.zoo import get_spec
 
 PARTIAL = "results.partial.jsonl"
 
@@ -34,27 +32,9 @@ class RunSummary:
     exit_code: int
 
 
-def ensure_references(pairs: set[tuple[str, str]], root: Path, echo: Callable[[str], None],
-                      capture_missing: bool = True) -> dict:
-    """Capture what is missing (and say so), then verify every reference before anything launches."""
-    missing = [(get_spec(m), s) for m, s in sorted(pairs) if not reference_path(root, m, s).exists()]
-    if missing and not capture_missing:
-        paths = ", ".join(str(reference_path(root, spec.name, shape)) for spec, shape in missing)
-        raise HarnessError(f"missing reference(s) {paths}: run `pytest --ref` or `harness capture` to create them")
-    if missing:
-        echo(f"capturing {len(missing)} missing reference(s) first: " + ", ".join(f"{s.name}@{sh}" for s, sh in missing))
-        capture(missing, root, echo=echo)
-    metas = {}
-    for model, shape in sorted(pairs):
-        path = reference_path(root, model, shape)
-        read_reference(path, get_spec(model).config_hash())
-        metas[(model, shape)] = read_meta(path)
-    return metas
-
-
 def plan_from(settings: Settings, fault: str | None = None) -> list[PlannedCase]:
     plan = build_plan(settings.models, settings.layouts, settings.backends, settings.dtypes, settings.shapes,
-                      settings.cpu_max_ranks, fault)
+                      settings.cpu_max_ranks, fault, settings.kinds, settings.weights)
     return plan + uncovered_rows()
 
 
@@ -64,8 +44,8 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     report_dir = settings.path("report_dir")
     report_dir.mkdir(parents=True, exist_ok=True)
     runnable = [p.case for p in plan if p.skip_reason is None]
-    metas = ensure_references({(c.model, c.shape) for c in runnable}, settings.path("references"), echo,
-                              capture_missing)
+    metas = ensure_references({(c.model, c.shape, c.kind) for c in runnable}, settings.path("references"), echo,
+                              capture_missing, settings.weights)
     issues = load_known_issues(settings.path("known_issues"))
     done = _resume(report_dir, resume)
     todo = [case for case in runnable if case.case_id not in done]
@@ -87,11 +67,13 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, done: dict,
     workdir = report_dir / "work"
     shutil.rmtree(workdir, ignore_errors=True)
     total, launches = len(cases), 0
-    group_settings = {"references": str(settings.path("references"))}
+    group_settings = {"references": str(settings.path("references")), "images_dir": str(report_dir / "images"),
+                      "weights_dir": str(Path(settings.weights).resolve()) if settings.weights else None}
     with open(report_dir / PARTIAL, "a") as partial:
         def on_outcome(outcome: Outcome) -> None:
             tolerance = settings.tolerance(outcome.case.dtype)
-            result = apply_known_issues(judge(outcome, tolerance, settings.budget_factor), issues)
+            limits = settings.image_limit(outcome.case.dtype)
+            result = apply_known_issues(judge(outcome, tolerance, settings.budget_factor, limits), issues)
             done[result.case_id] = result
             partial.write(json.dumps(result.to_dict()) + "\n")
             partial.flush()
@@ -99,8 +81,16 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, done: dict,
 
         for world_size, group in group_by_world_size(cases).items():
             echo(f"launching {len(group)} case(s) on {world_size} rank(s)")
-            launches += run_group(group, group_settings, workdir, settings.case_timeout, on_outcome)
+            timeout = settings.case_timeout or _auto_timeout(group, settings.path("references"))
+            launches += run_group(group, group_settings, workdir, timeout, on_outcome)
     return launches
+
+
+def _auto_timeout(cases, root: Path) -> float:
+    """60 s, plus 60 s per GB of the largest reference's weights: tiny models get a minute, real ones more."""
+    sizes = [reference_path(root, c.model, c.shape, c.kind).stat().st_size for c in cases
+             if reference_path(root, c.model, c.shape, c.kind).exists()]
+    return 60.0 + 60.0 * max(sizes, default=0) / 2**30
 
 
 def _progress_line(index: int, result: CaseResult, total: int) -> str:

@@ -1,59 +1,85 @@
 """`harness selftest`: prove on this stack that a PASS means something.
 
 Runs real cases with deliberate bugs (harness.faults) next to the same cases without them. The harness passes
-its own test only if every faulty case is FAIL and every clean twin is PASS.
+its own test only if every faulty case is FAIL for the expected reason and every clean twin is PASS.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from harness import runner
 from harness.layouts import parse_layout
-from harness.plan import Case, PlannedCase, skip_reason
-from harness.plan import max_ranks
+from harness.plan import Case, PlannedCase, max_ranks, skip_reason
 from harness.results import Status
 from harness.settings import Settings
 
-# (model, layout, backend, dtype, fault, what the FAIL reason must say)
+
+@dataclass(frozen=True)
+class Control:
+    model: str
+    layout: str
+    backend: str
+    dtype: str
+    fault: str
+    expected: str  # what the FAIL reason must say
+    kind: str = "tensor"
+
+    @property
+    def clean_id(self) -> str:
+        return f"{self.model}/{self.layout}/{self.backend}/{self.dtype}/{self.kind}"
+
+    @property
+    def name(self) -> str:
+        return f"{self.clean_id}+{self.fault}"
+
+
 CONTROLS = [
-    ("flux", "ulysses2", "native", "fp32", "cp_local_attention", "> tolerance"),
-    ("flux", "ring2", "_native_flash", "fp32", "cp_local_attention", "> tolerance"),
-    ("flux", "ulysses2", "native", "bf16", "cp_local_attention", "error budget"),
-    ("flux", "ring2", "_native_flash", "bf16", "extra_rounding", "error budget"),
-    ("qwenimage", "ulysses2", "native", "fp32", "cp_local_attention", "> tolerance"),
-    ("flux", "tp2", "native", "fp32", "tp_skip_allreduce", "> tolerance"),
-    ("flux2", "tp2", "native", "fp32", "tp_skip_allreduce", "> tolerance"),
-    ("flux", "single", "_native_math", "fp32", "redirect_dispatch", "requested _native_math, dispatched native"),
-    ("flux", "tp2", "_native_math", "fp32", "math_runs_flash", "but kernel(s) aten::_scaled_dot_product_flash"),
-    ("flux", "single", "native", "fp32", "scaled_softmax", "> tolerance"),
+    Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "> tolerance"),
+    Control("flux", "ring2", "_native_flash", "fp32", "cp_local_attention", "> tolerance"),
+    Control("flux", "ulysses2", "native", "bf16", "cp_local_attention", "error budget"),
+    Control("flux", "ring2", "_native_flash", "bf16", "extra_rounding", "error budget"),
+    Control("qwenimage", "ulysses2", "native", "fp32", "cp_local_attention", "> tolerance"),
+    Control("flux", "tp2", "native", "fp32", "tp_skip_allreduce", "> tolerance"),
+    Control("flux2", "tp2", "native", "fp32", "tp_skip_allreduce", "> tolerance"),
+    Control("flux", "single", "_native_math", "fp32", "redirect_dispatch", "requested _native_math, dispatched native"),
+    Control("flux", "tp2", "_native_math", "fp32", "math_runs_flash", "but kernel(s) aten::_scaled_dot_product_flash"),
+    Control("flux", "single", "native", "fp32", "scaled_softmax", "> tolerance"),
+    Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "vs fp32 reference: ssim", "image"),
+    Control("flux", "ulysses2", "native", "bf16", "cp_local_attention", "vs single-device bf16: ssim", "image"),
+    Control("qwenimage", "tp2", "native", "fp32", "tp_skip_allreduce", "vs fp32 reference: ssim", "image"),
 ]
 
 
-def control_plan(cpu_max_ranks: int) -> list[PlannedCase]:
-    plan = []
-    limit = max_ranks(cpu_max_ranks)
-    for model, layout, backend, dtype, fault, _ in CONTROLS:
-        faulty = Case(model, parse_layout(layout), backend, dtype, fault=fault)
+def control_plan(cpu_max_ranks: int, controls=tuple(CONTROLS)) -> list[PlannedCase]:
+    plan, seen, limit = [], set(), max_ranks(cpu_max_ranks)
+    for control in controls:
+        faulty = Case(control.model, parse_layout(control.layout), control.backend, control.dtype,
+                      kind=control.kind, fault=control.fault)
         for case in (replace(faulty, fault=None), faulty):
-            plan.append(PlannedCase(case, skip_reason(case, limit)))
+            if case.case_id not in seen:
+                seen.add(case.case_id)
+                plan.append(PlannedCase(case, skip_reason(case, limit)))
     return plan
+
+
+def caught(control: Control, by_id: dict) -> bool:
+    clean, faulty = by_id[control.clean_id], by_id[control.name]
+    return faulty.status is Status.FAIL and control.expected in faulty.reason and clean.status is Status.PASS
 
 
 def selftest(settings: Settings, echo: Callable[[str], None] = print) -> int:
     summary = runner.run(settings, control_plan(settings.cpu_max_ranks), echo=echo)
     by_id = {result.case_id: result for result in summary.results}
-    ok = True
     echo("\nselftest: each deliberate bug must FAIL, and its clean twin must PASS")
-    for model, layout, backend, dtype, fault, expected in CONTROLS:
-        clean_id = f"{model}/{layout}/{backend}/{dtype}/tensor"
-        clean, faulty = by_id[clean_id], by_id[f"{clean_id}+{fault}"]
-        caught = faulty.status is Status.FAIL and expected in faulty.reason and clean.status is Status.PASS
-        ok &= caught
-        verdict = "caught " if caught else "MISSED "
-        echo(f"  {verdict} {fault:20s} {clean_id:40s} clean={clean.status.value} faulty={faulty.status.value}"
-             f"  {faulty.reason}")
+    ok = True
+    for control in CONTROLS:
+        found = caught(control, by_id)
+        ok &= found
+        faulty = by_id[control.name]
+        echo(f"  {'caught' if found else 'MISSED'}  {control.fault:20s} {control.clean_id:42s} "
+             f"clean={by_id[control.clean_id].status.value} faulty={faulty.status.value}  {faulty.reason[:90]}")
     echo("selftest passed: the harness caught every deliberate bug" if ok else
          "selftest FAILED: a deliberate bug went unreported, so a PASS from this stack proves nothing")
     return 0 if ok else 1

@@ -27,6 +27,8 @@ OPTIONS = {
     for option in (
         Option("plan", "quick", "Preset for the options not given: quick (CI) or full (every model, shape, layout, dtype)."),
         Option("models", ["flux", "flux2", "qwenimage"], "Models of the zoo to run, comma-separated.", True),
+        Option("kinds", ["tensor", "image"], "What to compare: tensor (one forward) and image (a whole pipeline).", True),
+        Option("weights", None, "A local diffusers checkpoint folder to run the image cases on (never the hub)."),
         Option("shapes", ["default"], "Input shapes per model (default, txt7, img15, masked, ...) or 'all'.", True),
         Option("layouts", list(DEFAULT_LAYOUTS), "Parallel layouts, e.g. ulysses2,ring2,ring2xulysses2,tp2.", True),
         Option("backends", ["native", "_native_math", "_native_flash", "flex"], "Attention backends to run.", True),
@@ -60,6 +62,7 @@ class Settings:
     values: dict[str, Any]
     tolerances: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     root: Path = Path(".")
+    image_limits: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -73,6 +76,11 @@ class Settings:
 
     def tolerance(self, dtype: str) -> float:
         return self.tolerances[dtype]
+
+    def image_limit(self, dtype: str) -> dict[str, float]:
+        from harness.image_metrics import THRESHOLDS
+
+        return {**THRESHOLDS[dtype], **self.image_limits.get(dtype, {})}
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -95,10 +103,12 @@ def load_settings(overrides: dict[str, Any] | None = None, start: Path | None = 
             raise HarnessError(f"{pyproject}: invalid TOML ({error})") from None
     root = pyproject.parent if pyproject is not None else start
     values = {name: option.default for name, option in OPTIONS.items()}
-    tolerances = dict(DEFAULT_TOLERANCES)
+    tolerances, image_limits = dict(DEFAULT_TOLERANCES), {}
     for key, value in table.items():
         if key == "tolerance":
             tolerances.update({dtype: float(v) for dtype, v in value.items()})
+        elif key == "image":
+            image_limits = {dtype: {k: float(v) for k, v in limits.items()} for dtype, limits in value.items()}
         elif key.replace("-", "_") in OPTIONS:
             values[key.replace("-", "_")] = value
         else:
@@ -113,7 +123,7 @@ def load_settings(overrides: dict[str, Any] | None = None, start: Path | None = 
         from harness.zoo import SPECS
 
         values["models"] = list(SPECS)
-    return Settings(values, tolerances, root)
+    return Settings(values, tolerances, root, image_limits)
 
 
 def split_list(value: Any) -> list[str]:

@@ -18,7 +18,7 @@ def base_result(case) -> CaseResult:
                       case.backend, case.dtype)
 
 
-def judge(outcome: Outcome, tolerance: float, budget_factor: float) -> CaseResult:
+def judge(outcome: Outcome, tolerance: float, budget_factor: float, image_limits: dict | None = None) -> CaseResult:
     result, record = base_result(outcome.case), outcome.record
     result.seconds = record.get("seconds")
     result.peak_mem_mb = record.get("peak_mem_mb")
@@ -34,15 +34,36 @@ def judge(outcome: Outcome, tolerance: float, budget_factor: float) -> CaseResul
         if record.get("traceback"):
             result.extra["traceback"] = record["traceback"]
         return result
-    for key in ("max_abs_err", "mean_abs_err", "max_rel_err", "nonfinite"):
-        setattr(result, key, record[key])
-    result.tolerance = tolerance
-    result.status, result.reason = _numbers_verdict(result, record, budget_factor)
+    if outcome.case.kind == "image":
+        result.status, result.reason = _image_verdict(result, record, image_limits)
+    else:
+        for key in ("max_abs_err", "mean_abs_err", "max_rel_err", "nonfinite"):
+            setattr(result, key, record[key])
+        result.tolerance = tolerance
+        result.status, result.reason = _numbers_verdict(result, record, budget_factor)
     proof = _proof_failure(outcome.case.backend, record)
     if proof is not None:  # a wrong backend fails even when its numbers happen to agree
         numbers = f"; numbers: {result.reason or 'within tolerance'}"
         result.status, result.reason = Status.FAIL, proof + numbers
     return result
+
+
+def _image_verdict(result: CaseResult, record: dict, limits: dict) -> tuple[Status, str]:
+    """SSIM, PSNR and max pixel error within the dtype's limits against the fp32 picture and, for low precision,
+    against the single-device picture of the same dtype (the baseline to beat)."""
+    from harness.image_metrics import violations
+
+    for key in ("ssim", "psnr", "max_abs_err", "mean_abs_err", "nonfinite"):
+        setattr(result, key, record.get(key))
+    result.tolerance = limits["max_abs_err_max"]
+    result.extra.update({key: record[key] for key in ("images", "baseline", "vs_baseline") if key in record})
+    if result.nonfinite:
+        return Status.FAIL, f"image has {result.nonfinite} non-finite values (NaN/Inf)"
+    broken = [f"vs fp32 reference: {text}" for text in violations(record, limits)]
+    if "vs_baseline" in record:
+        result.baseline_err = record["baseline"]["mean_abs_err"]
+        broken += [f"vs single-device {result.dtype}: {text}" for text in violations(record["vs_baseline"], limits)]
+    return (Status.FAIL, "; ".join(broken)) if broken else (Status.PASS, "")
 
 
 def _proof_failure(backend: str, record: dict) -> str | None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness import backends, cpu, determinism, faults, kernels
+from harness import backends, cpu, determinism, faults, image_runs, kernels
 from harness.capture import run_model
 from harness.compare import tensor_metrics
 from harness.dtypes import torch_dtype
@@ -32,20 +32,27 @@ class Worker:
         self.device = torch.device(f"cuda:{rank % torch.cuda.device_count()}") if torch.cuda.is_available() \
             else torch.device("cpu")
         self.events = open(Path(group["workdir"]) / f"rank{rank}.jsonl", "a", buffering=1)
-        self.references: dict[tuple[str, str], Reference] = {}
+        self.references: dict[tuple[str, str, str], Reference] = {}
         self.meshes: dict[tuple, object] = {}
-        self.baselines: dict[tuple, torch.Tensor | str] = {}
+        self.baselines: dict[tuple, object] = {}
+        self.weights_dir = group.get("weights_dir")
 
     def emit(self, event: str, **data) -> None:
         self.events.write(json.dumps({"event": event, "rank": self.rank, "time": time.time(), **data}) + "\n")
 
     def reference(self, case: Case) -> Reference:
-        key = (case.model, case.shape)
+        key = (case.model, case.shape, case.kind)
         if key not in self.references:
-            spec = get_spec(case.model)
-            path = reference_path(Path(self.group["references"]), case.model, case.shape)
-            self.references[key] = read_reference(path, spec.config_hash())
+            path = reference_path(Path(self.group["references"]), case.model, case.shape, case.kind)
+            if case.kind == "image":
+                expected = image_runs.config_hash(case.model, self._weights_for(case))
+            else:
+                expected = get_spec(case.model).config_hash()
+            self.references[key] = read_reference(path, expected)
         return self.references[key]
+
+    def _weights_for(self, case: Case):
+        return self.weights_dir if case.kind == "image" and case.shape != "default" else None
 
     def mesh(self, layout):
         spec = layout.mesh_spec()
@@ -57,9 +64,15 @@ class Worker:
             self.meshes[spec] = init_device_mesh(self.device.type, spec[0], mesh_dim_names=spec[1])
         return self.meshes[spec]
 
-    def build(self, case: Case) -> tuple[torch.nn.Module, dict]:
-        """A fresh model from the reference's fp32 weights, cast once to the case's dtype (never down and up)."""
-        reference, dtype = self.reference(case), torch_dtype(case.dtype)
+    def build(self, case: Case):
+        """(the model to parallelize, a callable that runs the case once), from the reference's fp32 weights cast
+        once to the case's dtype (never down and back up)."""
+        reference = self.reference(case)
+        if case.kind == "image":
+            pipe = image_runs.build(case.model, case.dtype, self.device, reference, self._weights_for(case))
+            pipe.transformer.set_attention_backend(case.backend)
+            return pipe.transformer, lambda: image_runs.run(pipe, case.model)
+        dtype = torch_dtype(case.dtype)
         model = get_spec(case.model).model_class()(**reference.meta["config"])
         model.load_state_dict(reference.weights)
         model = model.to(self.device, dtype).eval()
@@ -70,28 +83,25 @@ class Worker:
             for key, value in reference.inputs.items()
         }
         model.set_attention_backend(case.backend)
-        return model, inputs
+        return model, lambda: run_model(model, inputs)
 
-    def run_case(self, case: Case) -> tuple[torch.Tensor, dict]:
+    def run_case(self, case: Case):
         started = time.perf_counter()
-        model, inputs = self.build(case)
+        model, forward = self.build(case)
         with faults.active(case.fault):
             config = case.layout.diffusers_config(self.mesh(case.layout))
             if config is not None:
-                cp_plan = get_spec(case.model).context_parallel_plan(self.reference(case).meta["config"])
+                cp_plan = get_spec(case.model).context_parallel_plan(model.config) if case.kind == "tensor" else None
                 model.enable_parallelism(config=config, cp_plan=cp_plan)
             backends.reset_dispatches()
-            if self.device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(self.device)
-                torch.cuda.synchronize(self.device)
+            self._sync(reset_peak=True)
             forward_started = time.perf_counter()
-            output = run_model(model, inputs)
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
+            output = forward()
+            self._sync()
             forward_s, seconds = time.perf_counter() - forward_started, time.perf_counter() - started
             dispatched = backends.dispatches()
-            # A second, profiled forward proves the kernels; it stays out of the timings above.
-            executed = kernels.profile_kernels(lambda: run_model(model, inputs))
+            # A second, profiled run proves the kernels; it stays out of the timings above.
+            executed = kernels.profile_kernels(forward, scope=model if case.kind == "image" else None)
         if hasattr(output, "full_tensor"):
             output = output.full_tensor()
         info = {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched, "kernels": executed}
@@ -99,28 +109,39 @@ class Worker:
             info["peak_mem_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
         return output, info
 
-    def baseline(self, case: Case) -> torch.Tensor | str:
+    def _sync(self, reset_peak: bool = False) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            if reset_peak:
+                torch.cuda.reset_peak_memory_stats(self.device)
+
+    def baseline(self, case: Case):
         """What the dtype alone costs (rank 0 only): the single-device output in the case's dtype, with the case's
         backend for a parallel layout, or with `native` SDPA when the case compares a backend on a single device."""
         backend = case.backend if case.layout.world_size > 1 else "native"
         model_change = case.fault if case.fault in faults.MODEL_CHANGES else None
-        key = (case.model, case.shape, backend, case.dtype, model_change)
+        key = (case.model, case.shape, case.kind, backend, case.dtype, model_change)
         if key not in self.baselines:
             try:
-                model, inputs = self.build(replace(case, backend=backend, fault=None))
+                _, forward = self.build(replace(case, backend=backend, fault=None))
                 with faults.active(model_change):
-                    self.baselines[key] = run_model(model, inputs).float().cpu()
+                    output = forward()
+                self.baselines[key] = output.float().cpu() if isinstance(output, torch.Tensor) else output
             except Exception as error:  # noqa: BLE001 - reported with the case, never fatal
                 self.baselines[key] = backends.first_line(error)
             finally:
                 backends.reset_active_backend()
         return self.baselines[key]
 
-    def measure(self, case: Case, output: torch.Tensor, info: dict) -> dict:
+    def measure(self, case: Case, output, info: dict) -> dict:
         reference = self.reference(case)
-        metrics = tensor_metrics(output.float().cpu(), reference.output)
-        record = {**metrics, **info}
         baseline = self.baseline(case)
+        if case.kind == "image":
+            images_dir = Path(self.group["images_dir"]) if self.group.get("images_dir") else None
+            low_precision = baseline if case.dtype != "fp32" else None
+            return {**image_runs.measure(output, reference, low_precision, images_dir, image_runs.slug(case.case_id)),
+                    **info}
+        record = {**tensor_metrics(output.float().cpu(), reference.output), **info}
         if isinstance(baseline, str):
             record["baseline_error"] = baseline
         else:
@@ -132,8 +153,7 @@ class Worker:
         for data in self.group["cases"]:
             case = Case.from_dict(data)
             self.emit("start", case_id=case.case_id)
-            output = info = None
-            error = None
+            output = info = error = None
             try:
                 output, info = self.run_case(case)
             except Exception as exc:  # noqa: BLE001 - a case's failure is its ERROR, never the group's

@@ -23,19 +23,20 @@ def control_results(tmp_path_factory, zoo_references):
     return {result.case_id: result for result in summary.results}, summary
 
 
-@pytest.mark.parametrize("control", CONTROLS, ids=["/".join(c[:4]) + "+" + c[4] for c in CONTROLS])
+@pytest.mark.parametrize("control", CONTROLS, ids=[c.name for c in CONTROLS])
 def test_deliberate_bug_fails_and_clean_twin_passes(control_results, control):
     results, _ = control_results
-    model, layout, backend, dtype, fault, expected = control
-    clean_id = f"{model}/{layout}/{backend}/{dtype}/tensor"
-    assert results[clean_id].status is Status.PASS, results[clean_id].reason
-    faulty = results[f"{clean_id}+{fault}"]
+    assert results[control.clean_id].status is Status.PASS, results[control.clean_id].reason
+    faulty = results[control.name]
     assert faulty.status is Status.FAIL, faulty.reason
-    assert expected in faulty.reason
-    if expected == "> tolerance":
+    assert control.expected in faulty.reason
+    if control.expected == "> tolerance":
         assert faulty.max_abs_err > 100 * faulty.tolerance
-    if expected == "error budget":  # the fixed bf16 tolerance alone would have passed it
+    if control.expected == "error budget":  # the fixed bf16 tolerance alone would have passed it
         assert faulty.max_abs_err < faulty.tolerance
+    if control.kind == "image":  # the report's difference image shows it
+        diff = faulty.extra["images"]["diff"]
+        assert diff.endswith("-diff.png")
 
 
 def test_controls_ran_in_one_launch_per_world_size(control_results):
