@@ -38,8 +38,9 @@ def main() -> None:
             walls.append(wall)
         cases = payload["cases"]
         ran = [c for c in cases if c["status"] != "SKIP"]
-        one_wall, _ = timed_run([*extra, "--models", "flux", "--layouts", "ulysses2", "--backends", "native", "--dtypes",
-                                 "fp32"], Path(scratch) / "one")
+        single = ["--models", "flux", "--layouts", "ulysses2", "--backends", "native", "--dtypes", "fp32",
+                  "--kinds", "tensor"]
+        one_wall, _ = timed_run([*extra, *single], Path(scratch) / "one")
     launches = payload["header"]["launches"]
     forward = sum(c["seconds"] or 0 for c in ran)
     print("| figure | value |\n|---|---|")

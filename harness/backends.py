@@ -33,19 +33,19 @@ def default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def unavailable_reason(name: str, dtype: str = "bf16", device_type: str | None = None) -> str | None:
     """None when a tiny real call through diffusers' dispatcher succeeds here in `dtype`; otherwise why not.
 
     Cached per process: the probe costs milliseconds, but a plan asks once per case.
     """
-    from harness.dtypes import torch_dtype
-
     from diffusers.models.attention_dispatch import (
         AttentionBackendName,
         _check_attention_backend_requirements,
         dispatch_attention_fn,
     )
+
+    from harness.dtypes import torch_dtype
 
     device = torch.device(device_type) if device_type else default_device()
     try:

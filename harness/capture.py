@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -81,7 +81,8 @@ def ensure_references(keys: set[tuple[str, str, str]], root: Path, echo: Callabl
         paths = ", ".join(str(reference_path(root, m, s, kind=k)) for m, s, k in missing)
         raise HarnessError(f"missing reference(s) {paths}: run `pytest --ref` or `harness capture` to create them")
     if missing:
-        echo(f"capturing {len(missing)} missing reference(s) first: " + ", ".join(f"{m}@{s}/{k}" for m, s, k in missing))
+        names = ", ".join(f"{m}@{s}/{k}" for m, s, k in missing)
+        echo(f"capturing {len(missing)} missing reference(s) first: {names}")
         determinism.quiet_diffusers()
     for model, shape, kind in missing:
         if kind == "image":

@@ -7,10 +7,8 @@ import sys
 from pathlib import Path
 
 from harness.errors import HarnessError
-from harness.settings import OPTIONS, load_settings
-
-RUN_OPTIONS = ("plan", "models", "kinds", "weights", "shapes", "layouts", "backends", "dtypes", "references", "report_dir", "known_issues",
-               "case_timeout", "cpu_max_ranks", "budget_factor")
+from harness.faults import FAULTS
+from harness.settings import OPTIONS, RUN_OPTIONS, load_settings
 
 
 def add_options(parser: argparse.ArgumentParser, names) -> None:
@@ -34,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="Run the parity matrix under torchrun and write reports/.")
     add_options(run, RUN_OPTIONS)
     run.add_argument("--resume", action="store_true", help="Keep the finished cases of an interrupted run.")
-    run.add_argument("--inject-fault", default=None, help="Run every case with a deliberate bug (negative control).")
+    run.add_argument("--inject-fault", default=None, metavar="FAULT",
+                     help="Run every case with a deliberate bug, to see it FAIL: " + ", ".join(FAULTS) + ".")
     selftest = commands.add_parser("selftest", help="Run the negative controls; exit 0 only if each bug is caught.")
     add_options(selftest, ("references", "case_timeout", "cpu_max_ranks", "budget_factor"))
     selftest.add_argument("--report-dir", dest="report_dir", default="reports/selftest", help="Where to write.")
@@ -115,7 +114,7 @@ def cmd_backends(args) -> int:
     cells = [[str(row[c]).replace("RuntimeError: ", "") for c in columns] for row in rows]
     widths = [max(len(c), *(len(line[i]) for line in cells)) for i, c in enumerate(columns[:-1])]
     for line in [columns, *cells]:
-        print("  ".join(value.ljust(width) for value, width in zip(line, widths)) + "  " + line[-1])
+        print("  ".join(value.ljust(width) for value, width in zip(line, widths, strict=False)) + "  " + line[-1])
     usable = sum(row["fp32"] == "usable" or row["bf16"] == "usable" for row in rows)
     print(f"\n{usable} of {len(rows)} backends usable on {backends.default_device().type}")
     return 0
@@ -141,7 +140,8 @@ def cmd_models(args) -> int:
     return 0
 
 
-COMMANDS = {"models": cmd_models, "backends": cmd_backends, "capture": cmd_capture, "run": cmd_run, "selftest": cmd_selftest, "report": cmd_report}
+COMMANDS = {"capture": cmd_capture, "run": cmd_run, "selftest": cmd_selftest, "report": cmd_report,
+            "models": cmd_models, "backends": cmd_backends}
 
 
 if __name__ == "__main__":

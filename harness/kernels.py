@@ -7,7 +7,7 @@ The dispatch counters say which diffusers backend function ran; the profiler say
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 MATH = "aten::_scaled_dot_product_attention_math"
 FLASH = "aten::_scaled_dot_product_flash_attention"

@@ -41,7 +41,7 @@ class Case:
                 "kind": self.kind, "shape": self.shape, "fault": self.fault}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Case":
+    def from_dict(cls, data: dict) -> Case:
         return cls(data["model"], parse_layout(data["layout"]), data["backend"], data["dtype"],
                    data.get("kind", "tensor"), data.get("shape", "default"), data.get("fault"))
 

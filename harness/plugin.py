@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-RUN_OPTIONS = ("plan", "models", "kinds", "weights", "shapes", "layouts", "backends", "dtypes", "references", "report_dir", "known_issues",
-               "case_timeout", "cpu_max_ranks", "budget_factor")
-
 
 def pytest_addoption(parser):
-    from harness.settings import OPTIONS
+    from harness.settings import OPTIONS, RUN_OPTIONS
 
     group = parser.getgroup("harness", "diffusers parity harness")
     group.addoption("--ref", action="store_true", help="Capture missing fp32 references instead of comparing.")
@@ -30,7 +27,7 @@ def pytest_configure(config):
 
 
 def settings_from(config):
-    from harness.settings import load_settings
+    from harness.settings import RUN_OPTIONS, load_settings
 
     overrides = {name: config.getoption(f"harness_{name}") for name in RUN_OPTIONS}
     return load_settings(overrides, start=config.rootpath)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field, fields
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 
-class Status(str, Enum):
+class Status(StrEnum):
     PASS = "PASS"
     FAIL = "FAIL"
     ERROR = "ERROR"
@@ -59,7 +59,7 @@ class CaseResult:
         return {key: _finite_or_none(value) for key, value in data.items()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CaseResult":
+    def from_dict(cls, data: dict[str, Any]) -> CaseResult:
         names = {f.name for f in fields(cls)}
         known = {key: value for key, value in data.items() if key in names}
         known["status"] = Status(known.get("status", "ERROR"))

@@ -7,17 +7,17 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from harness import environment, matrix
 from harness.capture import ensure_references
 from harness.known_issues import load_known_issues
 from harness.launch import Outcome, group_by_world_size, run_group
 from harness.plan import PlannedCase, build_plan, uncovered_rows
-from harness.report import render_html
 from harness.reference import reference_path
+from harness.report import render_html
 from harness.results import CaseResult, Status, write_results
 from harness.settings import Settings
 from harness.verdict import apply_known_issues, judge, skipped
@@ -126,7 +126,8 @@ def _header(settings, metas, results, started, wall_s, launches) -> dict:
         reference_env = {key: meta.get(key) for key in here}
         break
     mismatch = [f"{key} {reference_env.get(key)} (references) vs {here[key]} (this run)"
-                for key in ("torch", "diffusers", "diffusers_commit") if reference_env and reference_env.get(key) != here[key]]
+                for key in ("torch", "diffusers", "diffusers_commit")
+                if reference_env and reference_env.get(key) != here[key]]
     return {
         "environment": here,
         "reference_environment": reference_env,

@@ -6,8 +6,8 @@ its own test only if every faulty case is FAIL for the expected reason and every
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 from harness import runner
 from harness.layouts import parse_layout

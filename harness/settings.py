@@ -25,9 +25,9 @@ class Option:
 OPTIONS = {
     option.name: option
     for option in (
-        Option("plan", "quick", "Preset for the options not given: quick (CI) or full (every model, shape, layout, dtype)."),
+        Option("plan", "quick", "Preset for the options not given: quick (CI) or full (everything)."),
         Option("models", ["flux", "flux2", "qwenimage"], "Models of the zoo to run, comma-separated.", True),
-        Option("kinds", ["tensor", "image"], "What to compare: tensor (one forward) and image (a whole pipeline).", True),
+        Option("kinds", ["tensor", "image"], "tensor (one forward) and/or image (a whole pipeline).", True),
         Option("weights", None, "A local diffusers checkpoint folder to run the image cases on (never the hub)."),
         Option("shapes", ["default"], "Input shapes per model (default, txt7, img15, masked, ...) or 'all'.", True),
         Option("layouts", list(DEFAULT_LAYOUTS), "Parallel layouts, e.g. ulysses2,ring2,ring2xulysses2,tp2.", True),
@@ -38,9 +38,13 @@ OPTIONS = {
         Option("known_issues", "known_issues.toml", "TOML file of known failures that become XFAIL."),
         Option("case_timeout", 0.0, "Seconds a case may run before it is TIMEOUT (0: 60 s + 60 s per GB of weights)."),
         Option("cpu_max_ranks", 4, "Most ranks a CPU-only machine runs; larger layouts are SKIP."),
-        Option("budget_factor", 1.25, "Low precision: a layout may add at most this factor over the dtype's own error."),
+        Option("budget_factor", 1.25, "Low precision: most a layout may multiply the dtype's own error by."),
     )
 }
+
+# The options `harness run` and the pytest plugin accept (capture and selftest take subsets).
+RUN_OPTIONS = ("plan", "models", "kinds", "weights", "shapes", "layouts", "backends", "dtypes", "references",
+               "report_dir", "known_issues", "case_timeout", "cpu_max_ranks", "budget_factor")
 
 GPU_BACKENDS = ["_native_cudnn", "_native_efficient", "flash", "_flash_3", "sage", "xformers"]
 PLANS = {

@@ -41,7 +41,8 @@ LATENT_SEED = 2
 class Recipe:
     """How to build one model's tiny pipeline (fp32, seeded) and what to pass when calling it.
 
-    `call_kwargs(transformer_config, dtype, device)` returns everything but the generator and output type; `output` names the field
+    `call_kwargs(transformer_config, dtype, device)` returns everything but the generator and output type; `output`
+    names the field
     of the pipeline's output that holds the pictures ("images" or "frames"); `config` is what `config_hash` covers.
     """
 

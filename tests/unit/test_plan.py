@@ -12,7 +12,8 @@ def _reasons(plan):
 
 def test_cp_incapable_backend_is_skipped_with_diffusers_reason():
     reasons = _reasons(build_plan(["flux"], ["ulysses2", "tp2"], ["_native_math", "native"], ["fp32"]))
-    assert "not register backend '_native_math' as context-parallel" in reasons["flux/ulysses2/_native_math/fp32/tensor"]
+    reason = reasons["flux/ulysses2/_native_math/fp32/tensor"]
+    assert "not register backend '_native_math' as context-parallel" in reason
     assert reasons["flux/ulysses2/native/fp32/tensor"] is None
     assert reasons["flux/tp2/_native_math/fp32/tensor"] is None
 

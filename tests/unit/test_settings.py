@@ -21,7 +21,8 @@ def test_precedence(project, table, override, expected):
 
 
 def test_lists_from_command_line_and_tolerances_from_pyproject(project):
-    (project / "pyproject.toml").write_text('[tool.harness]\nlayouts = ["tp2"]\n[tool.harness.tolerance]\nfp32 = 2e-6\n')
+    table = '[tool.harness]\nlayouts = ["tp2"]\n[tool.harness.tolerance]\nfp32 = 2e-6\n'
+    (project / "pyproject.toml").write_text(table)
     settings = load_settings({"models": "flux, qwenimage"})
     assert settings.models == ["flux", "qwenimage"]
     assert settings.layouts == ["tp2"]

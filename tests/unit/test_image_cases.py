@@ -1,0 +1,105 @@
+"""Image cases end to end: references with PNGs, the image verdict, and real local checkpoints via --weights."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.launch import Outcome
+from harness.layouts import parse_layout
+from harness.plan import Case
+from harness.results import Status
+from harness.verdict import judge
+
+pytest.importorskip("transformers", reason="diffusers' pipeline classes need the transformers package")
+
+LIMITS = {"ssim_min": 0.99, "psnr_min": 38.0, "max_abs_err_max": 0.1}
+
+
+def _image_outcome(dtype="bf16", **record):
+    perfect = {"ssim": 1.0, "psnr": math.inf, "max_abs_err": 0.0, "mean_abs_err": 0.0, "nonfinite": 0}
+    base = {**perfect, "dispatched": {"native": 4}, "seconds": 0.1}
+    return Outcome(Case("flux", parse_layout("ulysses2"), "native", dtype, kind="image"), {**base, **record})
+
+
+def test_image_within_limits_against_reference_and_baseline_passes():
+    good = {"ssim": 0.9993, "psnr": 49.5, "max_abs_err": 0.017, "mean_abs_err": 2e-3, "nonfinite": 0}
+    result = judge(_image_outcome(**good, baseline=good, vs_baseline=good), 0.1, 1.25, LIMITS)
+    assert result.status is Status.PASS
+    assert (result.ssim, result.psnr) == (0.9993, 49.5)
+
+
+def test_image_that_only_the_baseline_comparison_catches_fails():
+    # Close enough to the fp32 picture, but clearly off the bf16 single-device picture it must match.
+    good = {"ssim": 0.995, "psnr": 40.0, "max_abs_err": 0.05, "mean_abs_err": 5e-3, "nonfinite": 0}
+    off = {"ssim": 0.98, "psnr": 36.0, "max_abs_err": 0.09, "mean_abs_err": 9e-3, "nonfinite": 0}
+    result = judge(_image_outcome(**good, baseline=good, vs_baseline=off), 0.1, 1.25, LIMITS)
+    assert result.status is Status.FAIL
+    assert result.reason.startswith("vs single-device bf16: ssim 0.98000 < 0.99")
+
+
+def test_nan_image_fails():
+    bad = {"ssim": -1.0, "psnr": -math.inf, "max_abs_err": math.inf, "mean_abs_err": math.inf, "nonfinite": 12}
+    result = judge(_image_outcome("fp32", **bad), 1e-5, 1.25, LIMITS)
+    assert result.status is Status.FAIL and "12 non-finite" in result.reason
+
+
+def test_capture_writes_picture_and_png(tmp_path):
+    from harness.image_runs import capture_image
+    from harness.reference import read_reference
+
+    path, written = capture_image("flux", tmp_path)
+    assert written and path.name == "image.safetensors"
+    assert path.with_suffix(".png").stat().st_size > 0
+    reference = read_reference(path)
+    assert reference.output.shape == (64, 64, 3)
+    assert any(key.startswith("transformer.") for key in reference.weights)
+    assert any(key.startswith("vae.") for key in reference.weights)
+    assert capture_image("flux", tmp_path) == (path, False)  # kept, not overwritten
+
+
+@pytest.mark.slow
+def test_local_checkpoint_runs_the_same_cases(project):
+    """A user's checkpoint folder (here a tiny one written by `save_pretrained`) gives the same matrix."""
+    from harness.pipelines import build_pipeline
+
+    folder = project / "checkpoints" / "tiny-flux"
+    build_pipeline("flux", "fp32").save_pretrained(folder)
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--weights", str(folder), "--kinds", "image", "--models", "flux",
+         "--layouts", "single,ulysses2", "--backends", "native", "--dtypes", "fp32"],
+        cwd=project, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    frame = pd.read_csv(project / "reports/matrix.csv")
+    assert frame.case_id.tolist() == ["flux@tiny-flux/single/native/fp32/image",
+                                      "flux@tiny-flux/ulysses2/native/fp32/image"]
+    assert frame.status.tolist() == ["PASS", "PASS"]
+    assert (frame.ssim > 0.9999).all()
+    reference = project / "references/flux/image@tiny-flux.safetensors"
+    assert reference.exists() and reference.stat().st_size < 200_000  # the checkpoint's weights stay in its folder
+    images = sorted(p.name for p in (project / "reports/images").iterdir())
+    assert "flux_tiny-flux_ulysses2_native_fp32_image-diff.png" in images
+
+
+def test_bad_weights_folder_is_a_clear_error(project):
+    (project / "empty").mkdir()
+    done = subprocess.run([sys.executable, "-m", "harness", "capture", "--weights", str(project / "empty"),
+                           "--kinds", "image", "--models", "flux"], cwd=project, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    assert "not a diffusers pipeline folder (no model_index.json)" in done.stderr
+
+
+def test_image_arrays_round_trip_through_png(tmp_path):
+    from PIL import Image
+
+    from harness.image_metrics import to_png
+
+    picture = np.linspace(0, 1, 8 * 8 * 3, dtype=np.float32).reshape(8, 8, 3)
+    path = to_png(picture, tmp_path / "p.png")
+    assert np.abs(np.asarray(Image.open(path)) / 255.0 - picture).max() <= 0.5 / 255 + 1e-6
