@@ -15,14 +15,15 @@ from harness.errors import HarnessError
 
 @dataclass(frozen=True)
 class KnownIssue:
-    match: str
+    match: str | tuple[str, ...]
     reason: str
     link: str = ""
     error_contains: str = ""
 
     def applies(self, case_id: str, message: str | None = None) -> bool:
-        """Matches the case id and, for a failure (`message` given), the expected error text."""
-        if not fnmatch.fnmatchcase(case_id, self.match):
+        """Matches the case id (one glob or a list) and, for a failure (`message` given), the expected error text."""
+        patterns = (self.match,) if isinstance(self.match, str) else self.match
+        if not any(fnmatch.fnmatchcase(case_id, pattern) for pattern in patterns):
             return False
         return message is None or not self.error_contains or self.error_contains in message
 
@@ -45,6 +46,8 @@ def load_known_issues(path: Path) -> list[KnownIssue]:
         unknown = set(entry) - {"match", "reason", "link", "error_contains"}
         if unknown:
             raise HarnessError(f"{path}: [[issue]] #{index + 1} has unknown keys {sorted(unknown)}")
+        if isinstance(entry["match"], list):
+            entry["match"] = tuple(entry["match"])
         issues.append(KnownIssue(**entry))
     return issues
 

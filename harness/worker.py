@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from harness import backends, cpu, determinism, faults, image_runs, kernels
 from harness.capture import run_model
-from harness.compare import tensor_metrics
+from harness.compare import abs_err_histogram, tensor_metrics
 from harness.dtypes import torch_dtype
 from harness.plan import Case
 from harness.reference import Reference, read_reference, reference_path
@@ -105,9 +105,16 @@ class Worker:
         if hasattr(output, "full_tensor"):
             output = output.full_tensor()
         info = {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched, "kernels": executed}
-        if self.device.type == "cuda":
-            info["peak_mem_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
         return output, info
+
+    def peak_memory_mb(self) -> float:
+        """CUDA: the case's peak allocated memory. CPU: the process's peak resident size so far (a high-water mark
+        over the launch, not per case: the CPU allocator keeps no per-case statistics)."""
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
     def _sync(self, reset_peak: bool = False) -> None:
         if self.device.type == "cuda":
@@ -141,7 +148,8 @@ class Worker:
             low_precision = baseline if case.dtype != "fp32" else None
             return {**image_runs.measure(output, reference, low_precision, images_dir, image_runs.slug(case.case_id)),
                     **info}
-        record = {**tensor_metrics(output.float().cpu(), reference.output), **info}
+        record = {**tensor_metrics(output.float().cpu(), reference.output), **info,
+                  "abs_err_hist": abs_err_histogram(output.float(), reference.output)}
         if isinstance(baseline, str):
             record["baseline_error"] = baseline
         else:
@@ -161,10 +169,13 @@ class Worker:
                 self.emit("rank_error", case_id=case.case_id, **error)
             finally:
                 backends.reset_active_backend()
-            errors = [None] * self.world_size
-            dist.all_gather_object(errors, error)
+            gathered = [None] * self.world_size
+            dist.all_gather_object(gathered, {"error": error, "peak_mem_mb": self.peak_memory_mb()})
             if self.rank == 0:
-                self.report(case, output, info, errors)
+                if info is not None:
+                    info["peak_mem_mb_per_rank"] = [round(g["peak_mem_mb"], 1) for g in gathered]
+                    info["peak_mem_mb"] = max(info["peak_mem_mb_per_rank"])
+                self.report(case, output, info, [g["error"] for g in gathered])
             del output
 
     def report(self, case: Case, output, info, errors) -> None:

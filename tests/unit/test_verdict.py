@@ -85,3 +85,21 @@ def test_known_issues_file_is_validated(tmp_path):
     with pytest.raises(HarnessError, match="needs both 'match' and 'reason'"):
         load_known_issues(path)
     assert load_known_issues(tmp_path / "absent.toml") == []
+
+
+def test_known_issue_with_a_list_of_globs(tmp_path):
+    path = tmp_path / "known.toml"
+    path.write_text('[[issue]]\nmatch = ["flux@txt7/ulysses[0-9]/*", "*@img*/ring[0-9]/*"]\n'
+                    'error_contains = "divisible"\nreason = "uneven"\n')
+    (issue,) = load_known_issues(path)
+    assert issue.applies("flux@txt7/ulysses2/native/fp32/tensor", "AssertionError: ... must be divisible by mesh")
+    assert issue.applies("wan@img15/ring4/_native_flash/bf16/tensor", "divisible")
+    assert not issue.applies("flux@txt7/ulysses2any/native/fp32/tensor", "divisible")  # the fix, not the bug
+    assert not issue.applies("flux@txt7/ulysses2/native/fp32/tensor", "another error")
+
+
+def test_repository_known_issues_file_loads():
+    from pathlib import Path
+
+    issues = load_known_issues(Path(__file__).resolve().parents[2] / "known_issues.toml")
+    assert len(issues) >= 5 and all(issue.reason for issue in issues)
