@@ -115,9 +115,6 @@ def dispatches() -> dict[str, int]:
     return dict(sorted(_counters.items()))
 
 
-def format_dispatches(counts: dict[str, int]) -> str:
-    return " ".join(f"{name}:{count}" for name, count in sorted(counts.items()))
-
 
 def reset_active_backend() -> None:
     """`set_attention_backend` also sets diffusers' process-global active backend; a later case must not inherit it."""

@@ -80,8 +80,3 @@ def write_results(path: Path, results: list[CaseResult], header: dict[str, Any])
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(payload, indent=1))
     tmp.replace(path)
-
-
-def read_results(path: Path) -> tuple[dict[str, Any], list[CaseResult]]:
-    payload = json.loads(Path(path).read_text())
-    return payload.get("header", {}), [CaseResult.from_dict(case) for case in payload["cases"]]

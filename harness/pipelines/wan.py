@@ -1,8 +1,8 @@
 """Wan 2.1 text-to-video: `WanPipeline` with a few frames, no classifier-free guidance.
 
-The transformer config is the tiny Wan config of shared/ZOO_NOTES.md (heads 4, head_dim 12, in/out 4, text_dim 16)
-written out here, so this recipe does not depend on a zoo spec that may not exist yet. `AutoencoderKLWan` with
-8x spatial and 4x temporal compression: 5 frames of 64x64 are 2 latent frames of 8x8, 2 x 4 x 4 = 32 tokens.
+The transformer config is the zoo's tiny Wan config (heads 4, head_dim 12, in/out 4, text_dim 16).
+`AutoencoderKLWan` with 8x spatial and 4x temporal compression: 5 frames of 64x64 are 2 latent frames of 8x8,
+2 x 4 x 4 = 32 tokens.
 """
 
 from __future__ import annotations
@@ -10,22 +10,10 @@ from __future__ import annotations
 import torch
 
 from harness.pipelines import common
+from harness.zoo import get_spec
 
 FRAMES = 5
-TRANSFORMER = {
-    "patch_size": (1, 2, 2),
-    "num_attention_heads": 4,
-    "attention_head_dim": 12,
-    "in_channels": 4,
-    "out_channels": 4,
-    "text_dim": 16,
-    "freq_dim": 256,
-    "ffn_dim": 32,
-    "num_layers": 2,
-    "cross_attn_norm": True,
-    "qk_norm": "rms_norm_across_heads",
-    "rope_max_seq_len": 32,
-}
+TRANSFORMER = {**get_spec("wan").config, "patch_size": (1, 2, 2)}
 Z_DIM = TRANSFORMER["in_channels"]
 CONTRAST = 1.1  # see common.seeded_vae
 EMBED_GAIN = 0.03  # see common.sharpen
