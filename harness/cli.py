@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -46,16 +47,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, unwound like Ctrl-C: the launcher's finally-blocks kill the worker group on the way out
+    (Python's default for these signals exits at once and leaves torchrun and its ranks running)."""
+
+
+def _terminate(signum, _frame) -> None:
+    raise Terminated(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    previous = {signum: signal.signal(signum, _terminate) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
         return COMMANDS[args.command](args)
     except HarnessError as error:
         print(f"harness: error: {error}", file=sys.stderr)
         return error.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         print("harness: interrupted; finished cases are kept (rerun with --resume)", file=sys.stderr)
-        return 130
+        return 128 + interrupt.args[0] if isinstance(interrupt, Terminated) else 130
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _settings(args):

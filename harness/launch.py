@@ -43,6 +43,7 @@ class _Watch:
     current: str | None = None
     started_at: float = field(default_factory=time.monotonic)
     rank_errors: dict[str, dict] = field(default_factory=dict)
+    dead_since: dict[int, float] = field(default_factory=dict)
 
     def poll(self) -> list[dict]:
         """New result events from every rank; tracks pids, the case in flight and ranks' errors on the way."""
@@ -74,10 +75,16 @@ class _Watch:
         return []
 
     def dead_ranks(self) -> list[int]:
-        """Ranks whose process is gone without reporting an error (killed); a rank that reported one and then
-        exited is a follower of whoever failed first."""
+        """Ranks whose process is gone without reporting an error (killed), the first seen dead first: torchrun
+        then stops the others, which must not be blamed; a rank that reported an error and then exited is a
+        follower of whoever failed first."""
+        now = time.monotonic()
+        for rank, pid in self.pids.items():
+            if rank not in self.dead_since and not _alive(pid):
+                self.dead_since[rank] = now
         reported = self.rank_errors.get(self.current, {})
-        return [rank for rank, pid in sorted(self.pids.items()) if rank not in reported and not _alive(pid)]
+        return sorted((rank for rank in self.dead_since if rank not in reported),
+                      key=lambda rank: (self.dead_since[rank], rank))
 
     def first_error(self, case_id: str) -> dict | None:
         errors = self.rank_errors.get(case_id, {})
@@ -98,8 +105,10 @@ def _alive(pid: int) -> bool:
 
 
 def launch_command(world_size: int, group_file: Path) -> list[str]:
+    # torchrun checks its ranks every --monitor-interval and then stops the survivors; at its 0.1 s default it can
+    # stop them before the launcher (every POLL_S) has seen which rank died first, and the wrong rank gets blamed.
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
-            "-m", "harness.worker", str(group_file)]
+            "--monitor-interval=1", "-m", "harness.worker", str(group_file)]
 
 
 def worker_env() -> dict[str, str]:

@@ -19,11 +19,14 @@ def pytest_addoption(parser):
                         help=f"{OPTIONS[name].help} Same as [tool.harness] {name}.")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config):
     config.addinivalue_line("markers", "parity: a case of the parity matrix (one harness case per item)")
-    # All parity items share one matrix run: keep them on one xdist worker so the matrix is run, and written, once.
+    # All parity items share one matrix run, so they must stay on one xdist worker: the matrix is then run, and its
+    # files written, once. `loadfile` does that (the items live in one file); `xdist_group` no longer groups under
+    # pytest 9.2 (pytest-xdist#1386). tryfirst: decided before xdist reads the option to build its scheduler.
     if getattr(config.option, "dist", "no") == "load":
-        config.option.dist = "loadgroup"
+        config.option.dist = "loadfile"
 
 
 def settings_from(config):
@@ -41,20 +44,26 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("parity_case", plan, ids=[p.case.case_id for p in plan])
     if "reference_target" in metafunc.fixturenames:
         targets = _reference_targets(metafunc.config) if metafunc.config.getoption("ref") else []
-        metafunc.parametrize("reference_target", targets, ids=[f"{spec.name}@{shape}" for spec, shape in targets])
+        metafunc.parametrize("reference_target", targets, ids=[f"{m}@{shape}/{kind}" for m, shape, kind in targets])
 
 
-def _reference_targets(config):
+def _reference_targets(config) -> list[tuple[str, str, str]]:
+    """(model, shape, kind) of every reference the configured plan can need."""
+    from harness.image_runs import has_pipeline
     from harness.zoo import get_spec
 
-    specs = [get_spec(name) for name in settings_from(config).models]
-    return [(spec, shape) for spec in specs for shape in spec.shapes]
+    settings, targets = settings_from(config), []
+    for name in settings.models:
+        if "tensor" in settings.kinds:
+            targets += [(name, shape, "tensor") for shape in get_spec(name).shapes]
+        if "image" in settings.kinds and has_pipeline(name) and settings.weights is None:
+            targets.append((name, "default", "image"))
+    return targets
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "parity_case" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("parity"))
             item.add_marker(pytest.mark.parity)
 
 
@@ -86,7 +95,11 @@ def parity_results(request):
 def captured_reference(request, reference_target):
     """Captures one reference (kept if present, unless --ref-force); returns (path, written)."""
     from harness.capture import capture_one
+    from harness.image_runs import capture_image
+    from harness.zoo import get_spec
 
-    spec, shape = reference_target
-    root = settings_from(request.config).path("references")
-    return capture_one(spec, shape, root, force=request.config.getoption("ref_force"))
+    model, shape, kind = reference_target
+    root, force = settings_from(request.config).path("references"), request.config.getoption("ref_force")
+    if kind == "image":
+        return capture_image(model, root, force)
+    return capture_one(get_spec(model), shape, root, force)

@@ -97,7 +97,12 @@ def read_meta(path: Path) -> dict[str, Any]:
         raise HarnessError(f"reference {path} is unreadable ({error}); {FIX}") from None
     if header is None:
         raise HarnessError(f"{path} is not a harness reference (no 'harness' metadata); {FIX}")
-    meta = json.loads(header)
+    try:
+        meta = json.loads(header)
+    except json.JSONDecodeError:
+        meta = None
+    if not isinstance(meta, dict):
+        raise HarnessError(f"reference {path} has damaged metadata (not a JSON object); {FIX}")
     if meta.get("schema", 0) > SCHEMA_VERSION:
         raise HarnessError(
             f"reference {path} has schema {meta.get('schema')}, newer than this harness ({SCHEMA_VERSION}); "

@@ -47,18 +47,21 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     metas = ensure_references({(c.model, c.shape, c.kind) for c in runnable}, settings.path("references"), echo,
                               capture_missing, settings.weights)
     issues = load_known_issues(settings.path("known_issues"))
+    versions = _versions(metas)
+    if versions["version_mismatch"]:  # said before the cases run too: every verdict below is against it
+        echo(f"note: {versions['version_mismatch']}")
     done = _resume(report_dir, resume)
     todo = [case for case in runnable if case.case_id not in done]
     echo(f"plan: {len(plan)} cases, {len(runnable)} to run, {len(plan) - len(runnable)} skipped at plan time"
          + (f", {len(runnable) - len(todo)} kept from the interrupted run" if done else ""))
     launches = _launch_all(todo, settings, report_dir, issues, done, echo)
     results = [done.get(p.case.case_id) or skipped(p.case, p.skip_reason) for p in plan]
-    header = _header(settings, metas, results, started, time.monotonic() - clock, launches)
+    header = _header(settings, versions, results, started, time.monotonic() - clock, launches)
     write_reports(report_dir, results, header)
     (report_dir / PARTIAL).unlink(missing_ok=True)
-    echo(matrix.terminal(results))
     if header["version_mismatch"]:
         echo(f"note: {header['version_mismatch']}")
+    echo(matrix.terminal(results))
     echo(f"reports: {report_dir / 'index.html'}, {report_dir / 'matrix.csv'}, {report_dir / 'matrix.md'}")
     return RunSummary(results, header, 1 if any(r.status.is_bad for r in results) else 0)
 
@@ -66,7 +69,7 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
 def _launch_all(cases, settings: Settings, report_dir: Path, issues, done: dict, echo) -> int:
     workdir = report_dir / "work"
     shutil.rmtree(workdir, ignore_errors=True)
-    total, launches = len(cases), 0
+    total, launches = len(done) + len(cases), 0  # cases kept by --resume count as done
     group_settings = {"references": str(settings.path("references")), "images_dir": str(report_dir / "images"),
                       "weights_dir": str(Path(settings.weights).resolve()) if settings.weights else None}
     with open(report_dir / PARTIAL, "a") as partial:
@@ -112,14 +115,17 @@ def _resume(report_dir: Path, resume: bool) -> dict[str, CaseResult]:
         return {}
     kept = {}
     if path.exists():
-        for line in path.read_text().splitlines():
-            if line.strip():
+        for line in path.read_text(errors="replace").splitlines():
+            try:
                 result = CaseResult.from_dict(json.loads(line))
-                kept[result.case_id] = result
+            except (ValueError, TypeError):  # blank, or torn by a run killed mid-write: that case reruns
+                continue
+            kept[result.case_id] = result
     return kept
 
 
-def _header(settings, metas, results, started, wall_s, launches) -> dict:
+def _versions(metas) -> dict:
+    """This run's environment, the references' (the first one's), and what differs between them."""
     here = environment.describe()
     reference_env = {}
     for meta in metas.values():
@@ -132,6 +138,12 @@ def _header(settings, metas, results, started, wall_s, launches) -> dict:
         "environment": here,
         "reference_environment": reference_env,
         "version_mismatch": ("references come from another version: " + "; ".join(mismatch)) if mismatch else "",
+    }
+
+
+def _header(settings, versions, results, started, wall_s, launches) -> dict:
+    return {
+        **versions,
         "counts": matrix.counts(results),
         "settings": {key: value for key, value in settings.values.items()},
         "tolerances": settings.tolerances,

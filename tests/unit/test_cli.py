@@ -18,9 +18,9 @@ def harness(*args, cwd):
 @pytest.mark.slow
 def test_run_writes_the_matrix_and_captures_missing_references(project):
     done = harness("run", "--models", "flux", "--layouts", "ulysses2,ring2,tp2", "--backends", "native,_native_flash,"
-                   "_native_math", "--dtypes", "fp32", cwd=project)
+                   "_native_math", "--dtypes", "fp32", "--kinds", "tensor", cwd=project)
     assert done.returncode == 1, done.stdout + done.stderr  # ring2/native is an ERROR: no known-issues file here
-    assert "capturing 1 missing reference(s) first: flux@default" in done.stdout
+    assert "capturing 1 missing reference(s) first: flux@default/tensor" in done.stdout
     assert (project / "references/flux/tensor.safetensors").exists()
     frame = pd.read_csv(project / "reports/matrix.csv")
     assert set(CONTRACT_COLUMNS) <= set(frame.columns)
@@ -40,7 +40,7 @@ def test_known_issue_makes_it_xfail_and_exit_zero(project):
     (project / "known_issues.toml").write_text(
         '[[issue]]\nmatch = "*/ring*/native/*/*"\nerror_contains = "return_lse"\nreason = "no LSE"\n')
     done = harness("run", "--models", "flux", "--layouts", "ring2", "--backends", "native", "--dtypes", "fp32",
-                   cwd=project)
+                   "--kinds", "tensor", cwd=project)
     assert done.returncode == 0, done.stdout + done.stderr
     frame = pd.read_csv(project / "reports/matrix.csv")
     assert frame.status.tolist() == ["XFAIL"]

@@ -18,7 +18,8 @@ def user_project(pytester):
 
     parity = str(Path(__file__).resolve().parents[1] / "parity")
     pytester.makefile(".toml", pyproject='[tool.harness]\nmodels = ["flux"]\nlayouts = ["ulysses2", "ulysses4"]\n'
-                      'backends = ["native"]\ndtypes = ["fp32"]\ncpu_max_ranks = 2\n')
+                      'backends = ["native"]\ndtypes = ["fp32"]\nkinds = ["tensor"]\n'
+                      'cpu_max_ranks = 2\n')
     pytester.makepyfile(test_matrix=PARITY_TESTS.format(parity=parity))
     return pytester
 

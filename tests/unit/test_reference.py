@@ -1,13 +1,16 @@
 """Reference files: atomic, never silently overwritten, and every kind of damage is a clear error."""
 
 import json
+import re
 import struct
 
 import pytest
 import torch
 
 from harness.errors import HarnessError
-from harness.reference import read_meta, read_reference, reference_path, write_reference
+from harness.reference import FIX, read_meta, read_reference, reference_path, write_reference
+
+FIX_RE = re.escape(FIX)  # every damaged reference says how to capture it again
 
 
 def _write(path, value=1.0, force=False, **meta):
@@ -38,7 +41,8 @@ def test_existing_reference_is_kept_unless_forced(tmp_path):
 
 
 def test_missing_reference_says_how_to_create_it(tmp_path):
-    with pytest.raises(HarnessError, match="pytest --ref.*|harness capture"):
+    with pytest.raises(HarnessError, match=f"missing reference {re.escape(str(tmp_path))}/none.safetensors: run "
+                                           "`harness capture` or `pytest --ref`"):
         read_reference(tmp_path / "none.safetensors")
 
 
@@ -46,7 +50,15 @@ def test_truncated_file_is_a_clear_error(tmp_path):
     path = reference_path(tmp_path, "toy")
     _write(path)
     path.write_bytes(path.read_bytes()[:-20])
-    with pytest.raises(HarnessError, match=f"{path}.*unreadable.*capture --force"):
+    with pytest.raises(HarnessError, match=f"{re.escape(str(path))} is unreadable .*{FIX_RE}"):
+        read_reference(path)
+
+
+def test_empty_file_is_a_clear_error(tmp_path):
+    path = reference_path(tmp_path, "toy")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")
+    with pytest.raises(HarnessError, match=f"{re.escape(str(path))} is unreadable .*{FIX_RE}"):
         read_reference(path)
 
 
@@ -56,7 +68,7 @@ def test_flipped_byte_fails_the_checksum(tmp_path):
     data = bytearray(path.read_bytes())
     data[-3] ^= 0xFF  # inside the last tensor's data
     path.write_bytes(bytes(data))
-    with pytest.raises(HarnessError, match="checksum"):
+    with pytest.raises(HarnessError, match=f"{re.escape(str(path))} failed its checksum .*{FIX_RE}"):
         read_reference(path)
 
 
@@ -76,14 +88,25 @@ def test_newer_schema_is_refused(tmp_path):
     path = reference_path(tmp_path, "toy")
     _write(path)
     _rewrite_header(path, lambda meta: meta.update(schema=99))
-    with pytest.raises(HarnessError, match="schema 99, newer than this harness"):
+    with pytest.raises(HarnessError, match=f"{re.escape(str(path))} has schema 99, newer than this harness .*; "
+                                           "upgrade the harness or recapture with this one"):
+        read_meta(path)
+
+
+def test_flipped_bit_in_the_metadata_is_a_clear_error(tmp_path):
+    path = reference_path(tmp_path, "toy")
+    _write(path)
+    data = path.read_bytes()
+    colon = data.index(b'\\"checksum\\":') + len(b'\\"checksum\\"')  # in the harness metadata's JSON text
+    path.write_bytes(data[:colon] + b";" + data[colon + 1:])  # ':' -> ';' (one bit): still valid safetensors
+    with pytest.raises(HarnessError, match=f"{re.escape(str(path))}.*{FIX_RE}"):
         read_meta(path)
 
 
 def test_config_mismatch_names_the_file(tmp_path):
     path = reference_path(tmp_path, "toy")
     _write(path)
-    with pytest.raises(HarnessError, match=f"{path}.*another config"):
+    with pytest.raises(HarnessError, match=f"{re.escape(str(path))} was captured from another config .*{FIX_RE}"):
         read_reference(path, expected_config_hash="different")
 
 
@@ -92,5 +115,5 @@ def test_foreign_safetensors_file_is_refused(tmp_path):
 
     path = tmp_path / "foreign.safetensors"
     save_file({"x": torch.zeros(2)}, str(path))
-    with pytest.raises(HarnessError, match="not a harness reference"):
+    with pytest.raises(HarnessError, match=f"{re.escape(str(path))} is not a harness reference .*{FIX_RE}"):
         read_reference(path)

@@ -1,0 +1,338 @@
+"""Reliability with real processes (issue 7): hangs, crashes, signals, resume, concurrent capture, xdist, and
+references from another diffusers version.
+
+Each fault costs one relaunch, so the fault cases share one run; each launch-heavy test is one test function, so
+`pytest -n 2` never runs a launch twice. About 110 s alone, 85 s with `-n 2` on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import runner
+from harness.layouts import parse_layout
+from harness.plan import Case, PlannedCase
+from harness.results import CaseResult, Status
+
+pytest_plugins = ["pytester"]
+
+CASE_TIMEOUT = 10  # a clean case that starts a launch takes ~4 s alone (first-use costs); 2 cores are shared
+FLUX_2 = ["--models", "flux", "--backends", "native", "--dtypes", "fp32", "--kinds", "tensor"]
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+
+
+def _case(model: str, layout: str, fault: str | None = None) -> Case:
+    return Case(model, parse_layout(layout), "native", "fp32", fault=fault)
+
+
+def _workers_naming(folder: Path, wait_s: float = 2.0) -> list[str]:
+    """torchrun and rank processes still alive whose command line names `folder` (their group file lives there);
+    waits up to `wait_s` for processes that were just killed to go away."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(folder) in cmdline and ("harness.worker" in cmdline or "torch.distributed.run" in cmdline):
+                found.append(f"{entry.name}: {cmdline}")
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
+
+
+def _kill_leftovers(folder: Path) -> None:
+    """A failed test must not leave its processes behind for the next one."""
+    for line in _workers_naming(folder, wait_s=0):
+        try:
+            os.kill(int(line.split(":")[0]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _harness(*args, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _results(report_dir: Path) -> dict[str, dict]:
+    return {case["case_id"]: case for case in json.loads((report_dir / "results.json").read_text())["cases"]}
+
+
+def _rewrite_meta(path: Path, change) -> None:
+    """Edit the harness metadata inside a safetensors header (the checksum covers the tensors only)."""
+    data = path.read_bytes()
+    size = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + size])
+    meta = json.loads(header["__metadata__"]["harness"])
+    change(meta)
+    header["__metadata__"]["harness"] = json.dumps(meta)
+    encoded = json.dumps(header).encode()
+    encoded += b" " * ((8 - len(encoded) % 8) % 8)
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data[8 + size:])
+
+
+# ------------------------------------------------------------- a hang, a raise and a kill among clean cases
+
+HANG, RAISE, KILL = "flux/tp2/native/fp32/tensor+hang_rank1", "flux/ulysses2/native/fp32/tensor+raise_rank1", \
+    "flux/tp2/native/fp32/tensor+kill_rank1"
+FAULT_PLAN = [_case("flux", "ulysses2"), _case("flux", "tp2", "hang_rank1"), _case("flux", "tp2"),
+              _case("flux", "ulysses2", "raise_rank1"), _case("qwenimage", "ulysses2"),
+              _case("flux", "tp2", "kill_rank1"), _case("qwenimage", "tp2")]
+DELIBERATE = "RuntimeError: deliberate failure on rank 1 (raise_rank1)"
+
+
+def _launched_first(report_dir: Path) -> list[str]:
+    """The first case of each launch, in launch order (from the group files the launcher wrote)."""
+    groups = sorted((report_dir / "work").glob("ws2-*/group.json"), key=lambda p: int(p.parent.name[4:]))
+    return [Case.from_dict(json.loads(p.read_text())["cases"][0]).case_id for p in groups]
+
+
+@pytest.mark.slow
+def test_a_hang_a_raise_and_a_kill_each_cost_only_their_own_case(project, settings_for):
+    """One run, one world size: each faulty case ends its launch; the cases after it run in a relaunched group."""
+    try:
+        summary = runner.run(settings_for(case_timeout=CASE_TIMEOUT), [PlannedCase(c) for c in FAULT_PLAN],
+                             echo=lambda _: None)
+        assert _workers_naming(project) == [], "worker processes outlived `runner.run`"
+    finally:
+        _kill_leftovers(project)
+    results = {result.case_id: result for result in summary.results}
+    clean = [case.case_id for case in FAULT_PLAN if case.fault is None]
+    assert {cid: results[cid].status for cid in clean} == dict.fromkeys(clean, Status.PASS), \
+        {cid: results[cid].reason for cid in clean}
+    assert summary.header["launches"] == 4  # the first launch, and one more after each fault
+    assert _launched_first(project / "reports") == [FAULT_PLAN[i].case_id for i in (0, 2, 4, 6)]
+
+    assert results[HANG].status is Status.TIMEOUT
+    assert re.fullmatch(r"no result after \d+s \(case timeout\)", results[HANG].reason), results[HANG].reason
+
+    assert results[RAISE].status is Status.ERROR
+    assert results[RAISE].reason == f"rank 1: {DELIBERATE}"
+    traceback = results[RAISE].extra["traceback"]
+    assert traceback.rstrip().endswith(DELIBERATE), traceback
+    assert "harness/faults.py" in traceback and 'raise RuntimeError("deliberate failure' in traceback
+
+    assert results[KILL].status is Status.ERROR
+    assert results[KILL].reason.startswith("rank 1 died during the case"), results[KILL].reason
+
+
+# ---------------------------------------------------------------------------- signals to `harness run`, resume
+
+
+def _start_hanging_run(project: Path, zoo_references: Path, layouts: str) -> subprocess.Popen:
+    """`harness run` whose 2-rank case hangs (rank 1 sleeps), with a case timeout far beyond the test's patience;
+    in its own session, so the signal reaches the harness and its process group only, as Ctrl-C would."""
+    args = ["run", "--references", str(zoo_references), *FLUX_2, "--layouts", layouts,
+            "--inject-fault", "hang_rank1", "--case-timeout", "600"]
+    return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=project, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_for_hang(project: Path, process: subprocess.Popen, timeout: float = 120) -> None:
+    """Until rank 1 of the 2-rank launch has reported that it started the (hanging) case."""
+    events = project / "reports/work/ws2-1/rank1.jsonl"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if events.exists() and any(json.loads(line)["event"] == "start" for line in events.read_text().splitlines()
+                                   if line.endswith("}")):
+            time.sleep(0.5)  # rank 1 is now in its sleep, rank 0 in the collective
+            return
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.1)
+    raise AssertionError("the hanging case never started")
+
+
+def _interrupt(project: Path, process: subprocess.Popen, send) -> tuple[int, str, str, float, list[str]]:
+    """Send a signal once the case hangs; returns (exit code, stdout, stderr, seconds to exit, survivors)."""
+    try:
+        _wait_for_hang(project, process)
+        sent = time.monotonic()
+        send(process)
+        out, err = process.communicate(timeout=60)
+        return process.returncode, out, err, time.monotonic() - sent, _workers_naming(project)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+        _kill_leftovers(project)
+
+
+@pytest.mark.slow
+def test_sigterm_kills_the_worker_group_and_exits(project, zoo_references):
+    process = _start_hanging_run(project, zoo_references, "ulysses2")
+    code, _out, err, seconds, survivors = _interrupt(project, process, lambda p: p.send_signal(signal.SIGTERM))
+    assert code == 128 + signal.SIGTERM, err
+    assert "harness: interrupted; finished cases are kept (rerun with --resume)" in err
+    assert "Traceback" not in err
+    assert seconds < 15  # the group gets SIGTERM, then SIGKILL after 5 s
+    assert survivors == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_finished_cases_and_resume_runs_only_the_rest(project, zoo_references):
+    process = _start_hanging_run(project, zoo_references, "single,ulysses2")  # 1 rank (passes), then 2 (hangs)
+    code, out, err, seconds, survivors = _interrupt(project, process, lambda p: os.killpg(p.pid, signal.SIGINT))
+    assert code == 130, err
+    assert "harness: interrupted; finished cases are kept (rerun with --resume)" in err
+    assert "Traceback" not in err
+    assert seconds < 15
+    assert survivors == []
+    single, hung = "flux/single/native/fp32/tensor+hang_rank1", "flux/ulysses2/native/fp32/tensor+hang_rank1"
+    assert f"PASS    {single}" in out
+    partial = [json.loads(line) for line in (project / "reports/results.partial.jsonl").read_text().splitlines()]
+    assert [(row["case_id"], row["status"]) for row in partial] == [(single, "PASS")]
+    assert not (project / "reports/results.json").exists()
+
+    resumed = _harness("run", "--references", str(zoo_references), *FLUX_2, "--layouts", "single,ulysses2",
+                       "--inject-fault", "hang_rank1", "--case-timeout", "2", "--resume", cwd=project)
+    assert resumed.returncode == 1, resumed.stdout + resumed.stderr  # the hanging case is now a TIMEOUT
+    assert "2 to run, " in resumed.stdout and ", 1 kept from the interrupted run" in resumed.stdout
+    assert "launching 1 case(s) on 2 rank(s)" in resumed.stdout
+    assert f"[2/2] TIMEOUT {hung}" in resumed.stdout  # progress counts the kept case
+    assert "on 1 rank(s)" not in resumed.stdout  # the finished case was not run again
+    final = _results(project / "reports")
+    assert final[single]["status"] == "PASS" and final[single]["seconds"] == partial[0]["seconds"]
+    assert final[hung]["status"] == "TIMEOUT" and "case timeout" in final[hung]["reason"]
+    assert not (project / "reports/results.partial.jsonl").exists()
+    assert _workers_naming(project) == []
+
+
+def test_resume_reruns_a_case_whose_line_a_killed_run_tore(tmp_path):
+    """A run killed (not interrupted) mid-write leaves a torn last line: that case reruns, the others are kept."""
+    kept = CaseResult("flux/single/native/fp32/tensor", "flux", "default", "tensor", "single", 1, "native", "fp32",
+                      Status.PASS, seconds=1.5)
+    torn = json.dumps({**kept.to_dict(), "case_id": "flux/ulysses2/native/fp32/tensor"})[:40]
+    (tmp_path / runner.PARTIAL).write_text(json.dumps(kept.to_dict()) + "\n\n" + torn)
+    done = runner._resume(tmp_path, resume=True)
+    assert list(done) == [kept.case_id]
+    assert done[kept.case_id].status is Status.PASS and done[kept.case_id].seconds == 1.5
+
+
+# ------------------------------------------------------------------------------------------ concurrent capture
+
+
+@pytest.mark.slow
+def test_two_captures_at_once_write_each_reference_once_and_whole(project):
+    from harness.reference import read_reference, reference_path
+    from harness.zoo import get_spec
+
+    command = [sys.executable, "-m", "harness", "capture", "--models", "qwenimage", "--kinds", "tensor"]
+    processes = [subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+    outputs = [process.communicate(timeout=120) for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], outputs
+    spec = get_spec("qwenimage")
+    paths = [reference_path(project / "references", spec.name, shape) for shape in spec.shapes]
+    lines = [line for out, _ in outputs for line in out.splitlines()]
+    for path in paths:
+        assert read_reference(path, spec.config_hash()).output.isfinite().all()
+        said = sorted(line.split()[0] for line in lines if line.endswith(str(path)))
+        assert said == ["captured", "kept"], lines  # written by exactly one of them, kept by the other
+    assert sorted(p.name for p in (project / "references/qwenimage").iterdir()) == sorted(p.name for p in paths)
+
+
+# ---------------------------------------------------------------------------------------------------- xdist
+
+XDIST_PROJECT = '''[tool.harness]
+models = ["flux"]
+layouts = ["ulysses2", "tp2"]
+backends = ["native"]
+dtypes = ["fp32"]
+kinds = ["tensor"]
+references = {references!r}
+cpu_max_ranks = 2
+case_timeout = 60
+'''
+
+
+@pytest.mark.slow
+def test_xdist_runs_the_same_matrix_once_on_one_worker(pytester, zoo_references):
+    parity = str(Path(__file__).resolve().parents[1] / "parity")
+    pytester.makefile(".toml", pyproject=XDIST_PROJECT.format(references=str(zoo_references)))
+    pytester.makepyfile(test_matrix=f"import sys\nsys.path.insert(0, {parity!r})\n"
+                                    "from test_parity import test_parity, test_reference\n")
+    reports = pytester.path / "reports"
+
+    serial = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider")
+    serial.assert_outcomes(passed=2, skipped=1)  # test_reference: only with --ref
+    expected = {cid: case["status"] for cid, case in _results(reports).items()}
+    assert expected["flux/ulysses2/native/fp32/tensor"] == expected["flux/tp2/native/fp32/tensor"] == "PASS"
+    shutil.rmtree(reports)
+
+    parallel = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider", "-n", "2")
+    parallel.assert_outcomes(passed=2, skipped=1)
+    assert {cid: case["status"] for cid, case in _results(reports).items()} == expected
+    workers = set(re.findall(r"\[(gw\d)\] .*(?:PASSED|FAILED|SKIPPED|ERROR) test_matrix.py::test_parity\[",
+                             parallel.stdout.str()))
+    assert len(workers) == 1, parallel.stdout.str()  # one worker ran the matrix: nobody else wrote its files
+    assert [p.relative_to(pytester.path) for p in pytester.path.rglob("results*.json*")] == \
+        [Path("reports/results.json")]
+
+
+# ------------------------------------------------------------------------ cross-version: a change to diffusers
+
+
+ROPE = ["flux/ulysses2/native/fp32/tensor+rope_sign", "flux/tp2/native/fp32/tensor+rope_sign"]
+
+
+@pytest.mark.slow
+def test_a_changed_model_against_references_of_another_version(project, zoo_references):
+    """References that say they come from another diffusers, and a run whose Flux RoPE turns the other way in every
+    run (the single-device baseline included): what a regression in diffusers itself looks like."""
+    import diffusers
+
+    reference = project / "references/flux/tensor.safetensors"
+    reference.parent.mkdir(parents=True)
+    shutil.copy(zoo_references / "flux/tensor.safetensors", reference)
+    _rewrite_meta(reference, lambda meta: meta.update(diffusers="0.0.1-old"))
+    done = _harness("run", *FLUX_2, "--layouts", "ulysses2,tp2", "--inject-fault", "rope_sign",
+                    "--case-timeout", "60", cwd=project)
+    assert done.returncode == 1, done.stdout + done.stderr
+
+    note = f"references come from another version: diffusers 0.0.1-old (references) vs {diffusers.__version__} " \
+           "(this run)"
+    lines = done.stdout.splitlines()
+    said = [i for i, line in enumerate(lines) if line == f"note: {note}"]
+    cases = [i for i, line in enumerate(lines) if re.match(r"\[\d+/\d+\] ", line)]
+    assert len(said) == 2 and said[0] < cases[0] and said[1] > cases[-1], done.stdout
+    assert f"> {note}" in (project / "reports/matrix.md").read_text()
+    assert f"Reference mismatch: {note}" in (project / "reports/index.html").read_text()
+
+    results = _results(project / "reports")
+    for cid in ROPE:
+        assert results[cid]["status"] == "FAIL"
+        assert re.fullmatch(r"max abs err \S+ > tolerance 1e-05", results[cid]["reason"]), results[cid]["reason"]
+        assert results[cid]["max_abs_err"] > 100 * results[cid]["tolerance"]
+    # ... while the layouts agree with each other and with the changed model's single-device run
+    ulysses, tp = (results[cid] for cid in ROPE)
+    assert ulysses["extra"]["vs_baseline_max_abs"] < 1e-5 and tp["extra"]["vs_baseline_max_abs"] < 1e-5
+    assert abs(ulysses["max_abs_err"] - tp["max_abs_err"]) < 1e-5
+    assert abs(ulysses["mean_abs_err"] - tp["mean_abs_err"]) < 1e-6
+
+
+def test_a_fail_keeps_how_far_the_layout_is_from_its_single_device_run():
+    from harness.launch import Outcome
+    from harness.verdict import judge
+
+    record = {"max_abs_err": 1.85e-2, "mean_abs_err": 2e-3, "max_rel_err": 1.0, "nonfinite": 0, "seconds": 0.2,
+              "dispatched": {"native": 4}, "vs_baseline_max_abs": 1.2e-7}
+    result = judge(Outcome(Case("flux", parse_layout("ulysses2"), "native", "fp32", fault="rope_sign"), record),
+                   tolerance=1e-5, budget_factor=1.25)
+    assert result.status is Status.FAIL and "> tolerance" in result.reason
+    assert result.extra.get("vs_baseline_max_abs") == 1.2e-7, result.extra
