@@ -14,6 +14,7 @@ SPECS: dict[str, ModelSpec] = {
     module.SPEC.name: module.SPEC
     for module in (flux, flux2, qwenimage, qwenimage21, wan, chronoedit, helios, ltx, ltx2, minimax_h3)
 }
+SPECS[helios.AMPLIFY_SPEC.name] = helios.AMPLIFY_SPEC
 
 # Classes with a parallel plan that deliberately have no spec: {class_name: why}. Empty: every class found in
 # diffusers 0.42.1 is covered.

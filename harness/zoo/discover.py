@@ -41,7 +41,10 @@ def _transformer_modules() -> tuple[list, list[tuple[str, str]]]:
 def _covering_specs() -> dict[str, str]:
     from harness.zoo import SPECS
 
-    return {spec.class_name: spec.name for spec in SPECS.values()}
+    covering: dict[str, str] = {}
+    for spec in SPECS.values():  # a class may have variant specs (helios_amplify): the first one names it
+        covering.setdefault(spec.class_name, spec.name)
+    return covering
 
 
 @functools.lru_cache(maxsize=1)

@@ -87,3 +87,8 @@ def make_inputs(generator, shape: Shape):
 
 
 SPEC = ModelSpec("helios", "HeliosTransformer3DModel", CONFIG, make_inputs, SHAPES, cp_plan=pruned_cp_plan)
+
+# The same class with `is_amplify_history=True`: its attention processor derives the history length from the
+# rank's local sequence and the full-sequence `original_context_length`, which context parallelism makes disagree.
+AMPLIFY_SPEC = ModelSpec("helios_amplify", "HeliosTransformer3DModel", {**CONFIG, "is_amplify_history": True},
+                         make_inputs, shapes(Shape("default", frames=2)), cp_plan=pruned_cp_plan)
