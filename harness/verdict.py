@@ -22,8 +22,8 @@ def judge(outcome: Outcome, tolerance: float, budget_factor: float, image_limits
     result, record = base_result(outcome.case), outcome.record
     result.seconds = record.get("seconds")
     result.peak_mem_mb = record.get("peak_mem_mb")
-    result.extra.update({key: record[key] for key in ("abs_err_hist", "peak_mem_mb_per_rank", "forward_s")
-                         if key in record})
+    result.extra.update({key: record[key] for key in ("abs_err_hist", "peak_mem_mb_per_rank", "seconds_per_rank",
+                                                      "forward_s") if key in record})
     result.dispatched = _counts(record.get("dispatched", {}))
     result.kernels = _counts(record.get("kernels", {}))
     if outcome.timeout:

@@ -170,11 +170,13 @@ class Worker:
             finally:
                 backends.reset_active_backend()
             gathered = [None] * self.world_size
-            dist.all_gather_object(gathered, {"error": error, "peak_mem_mb": self.peak_memory_mb()})
+            seconds = info["seconds"] if info else None
+            dist.all_gather_object(gathered, {"error": error, "peak_mem_mb": self.peak_memory_mb(), "seconds": seconds})
             if self.rank == 0:
                 if info is not None:
                     info["peak_mem_mb_per_rank"] = [round(g["peak_mem_mb"], 1) for g in gathered]
                     info["peak_mem_mb"] = max(info["peak_mem_mb_per_rank"])
+                    info["seconds_per_rank"] = [g["seconds"] and round(g["seconds"], 4) for g in gathered]
                 self.report(case, output, info, [g["error"] for g in gathered])
             del output
 
