@@ -2,7 +2,29 @@
 
 from __future__ import annotations
 
+import json
+import struct
+
 import pytest
+
+
+def rewrite_reference_meta(path, change) -> None:
+    """Edit the harness metadata inside a reference's safetensors header in place (the checksum covers tensors only),
+    to fake a reference from another version or schema."""
+    data = path.read_bytes()
+    size = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + size])
+    meta = json.loads(header["__metadata__"]["harness"])
+    change(meta)
+    header["__metadata__"]["harness"] = json.dumps(meta)
+    encoded = json.dumps(header).encode()
+    encoded += b" " * ((8 - len(encoded) % 8) % 8)
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data[8 + size:])
+
+
+@pytest.fixture
+def rewrite_meta():
+    return rewrite_reference_meta
 
 
 @pytest.fixture

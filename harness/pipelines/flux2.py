@@ -10,24 +10,14 @@ import torch
 
 from harness.pipelines import common
 from harness.pipelines.flux import LATENT_CHANNELS
+from harness.pipelines.flux import VAE as FLUX_VAE
 from harness.zoo import get_spec
 
 TRANSFORMER = {**get_spec("flux2").config, "in_channels": 4 * LATENT_CHANNELS}
 CONTRAST = 0.65  # see common.seeded_vae
 EMBED_GAIN = 0.03  # see common.sharpen
-VAE = {
-    "in_channels": 3,
-    "out_channels": 3,
-    "down_block_types": ("DownEncoderBlock2D",) * 4,
-    "up_block_types": ("UpDecoderBlock2D",) * 4,
-    "block_out_channels": (16,) * 4,
-    "layers_per_block": 1,
-    "latent_channels": LATENT_CHANNELS,
-    "norm_num_groups": 4,
-    "use_quant_conv": False,
-    "use_post_quant_conv": False,
-    "mid_block_add_attention": False,
-}
+# FLUX.1's tiny VAE; AutoencoderKLFlux2 has no shift or scaling factor.
+VAE = {key: value for key, value in FLUX_VAE.items() if key not in ("shift_factor", "scaling_factor")}
 
 
 def build():

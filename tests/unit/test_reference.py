@@ -1,8 +1,6 @@
 """Reference files: atomic, never silently overwritten, and every kind of damage is a clear error."""
 
-import json
 import re
-import struct
 
 import pytest
 import torch
@@ -72,22 +70,10 @@ def test_flipped_byte_fails_the_checksum(tmp_path):
         read_reference(path)
 
 
-def _rewrite_header(path, change):
-    data = path.read_bytes()
-    size = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + size])
-    meta = json.loads(header["__metadata__"]["harness"])
-    change(meta)
-    header["__metadata__"]["harness"] = json.dumps(meta)
-    encoded = json.dumps(header).encode()
-    encoded += b" " * ((8 - len(encoded) % 8) % 8)
-    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data[8 + size:])
-
-
-def test_newer_schema_is_refused(tmp_path):
+def test_newer_schema_is_refused(tmp_path, rewrite_meta):
     path = reference_path(tmp_path, "toy")
     _write(path)
-    _rewrite_header(path, lambda meta: meta.update(schema=99))
+    rewrite_meta(path, lambda meta: meta.update(schema=99))
     with pytest.raises(HarnessError, match=f"{re.escape(str(path))} has schema 99, newer than this harness .*; "
                                            "upgrade the harness or recapture with this one"):
         read_meta(path)

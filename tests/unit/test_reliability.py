@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import time
@@ -72,19 +71,6 @@ def _harness(*args, cwd: Path, timeout: float = 240) -> subprocess.CompletedProc
 
 def _results(report_dir: Path) -> dict[str, dict]:
     return {case["case_id"]: case for case in json.loads((report_dir / "results.json").read_text())["cases"]}
-
-
-def _rewrite_meta(path: Path, change) -> None:
-    """Edit the harness metadata inside a safetensors header (the checksum covers the tensors only)."""
-    data = path.read_bytes()
-    size = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + size])
-    meta = json.loads(header["__metadata__"]["harness"])
-    change(meta)
-    header["__metadata__"]["harness"] = json.dumps(meta)
-    encoded = json.dumps(header).encode()
-    encoded += b" " * ((8 - len(encoded) % 8) % 8)
-    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data[8 + size:])
 
 
 # ------------------------------------------------------------- a hang, a raise and a kill among clean cases
@@ -292,7 +278,7 @@ ROPE = ["flux/ulysses2/native/fp32/tensor+rope_sign", "flux/tp2/native/fp32/tens
 
 
 @pytest.mark.slow
-def test_a_changed_model_against_references_of_another_version(project, zoo_references):
+def test_a_changed_model_against_references_of_another_version(project, zoo_references, rewrite_meta):
     """References that say they come from another diffusers, and a run whose Flux RoPE turns the other way in every
     run (the single-device baseline included): what a regression in diffusers itself looks like."""
     import diffusers
@@ -300,7 +286,7 @@ def test_a_changed_model_against_references_of_another_version(project, zoo_refe
     reference = project / "references/flux/tensor.safetensors"
     reference.parent.mkdir(parents=True)
     shutil.copy(zoo_references / "flux/tensor.safetensors", reference)
-    _rewrite_meta(reference, lambda meta: meta.update(diffusers="0.0.1-old"))
+    rewrite_meta(reference, lambda meta: meta.update(diffusers="0.0.1-old"))
     done = _harness("run", *FLUX_2, "--layouts", "ulysses2,tp2", "--inject-fault", "rope_sign",
                     "--case-timeout", "60", cwd=project)
     assert done.returncode == 1, done.stdout + done.stderr
