@@ -35,7 +35,10 @@ def _normalise(case: dict[str, Any]) -> dict[str, Any]:
     out["shape"] = str(out.get("shape") or "default")
     out["kind"] = out["kind"] or "tensor"
     out["status"] = str(out.get("status") or "ERROR").upper()
-    out["extra"] = out.get("extra") if isinstance(out.get("extra"), dict) else {}
+    out["extra"] = dict(out["extra"]) if isinstance(out.get("extra"), dict) else {}
+    for key in ("ssim", "psnr"):  # image metrics are top-level columns of results.json; the page reads them here
+        if out.get(key) is not None:
+            out["extra"].setdefault(key, out[key])
     return out
 
 

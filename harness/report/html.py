@@ -56,7 +56,9 @@ def render_page(header: dict[str, Any], cases: list[dict[str, Any]]) -> str:
         _matrix(cases, anchors),
         _flat_table(cases, anchors),
         "<section id=\"details\"><h2>Case details</h2>",
-        "".join(section(case, slug) for case, slug in zip(cases, anchors, strict=True)),
+        # A SKIP has nothing to detail beyond its reason (in the table and the tooltip): a full plan's thousands of
+        # SKIP rows would otherwise make most of the page.
+        "".join(section(case, slug) for case, slug in zip(cases, anchors, strict=True) if case["status"] != "SKIP"),
         "</section>",
     ])
     return page(title, body, JS)

@@ -91,7 +91,8 @@ def test_every_string_is_escaped(page):
 
 def test_details_sections(page):
     for case in _cases():
-        assert f'<details class="case filterable" id="{base_slug(case["case_id"])}"' in page
+        detail = f'<details class="case filterable" id="{base_slug(case["case_id"])}"'
+        assert (detail in page) == (case["status"] != "SKIP")  # a SKIP's reason is in the table and tooltip
     assert "Traceback (most recent call last)" in page
     assert "(1.2e+03\u00d7 tolerance)" in page
     assert '<svg class="hist"' in page and "tolerance</text>" in page
@@ -185,3 +186,17 @@ def test_browser_filters_and_screenshot(tmp_path):
     assert result.returncode == 0 and shot.exists() and shot.stat().st_size > 10_000, result.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert time.monotonic() - start < 30
+
+
+def test_image_metrics_from_top_level_columns(tmp_path):
+    """results.json keeps ssim/psnr as columns; the matrix cell and the detail show them for image cases."""
+    import json
+
+    from harness.report.html import render_html
+
+    case = {"case_id": "flux/ulysses2/native/fp32/image", "model": "flux", "kind": "image", "layout": "ulysses2",
+            "backend": "native", "dtype": "fp32", "status": "FAIL", "ssim": 0.7126, "psnr": 21.3,
+            "max_abs_err": 0.5, "reason": "vs fp32 reference: ssim 0.71260 < 0.9999", "extra": {}}
+    (tmp_path / "results.json").write_text(json.dumps({"header": {}, "cases": [case]}))
+    page = render_html(tmp_path).read_text()
+    assert "SSIM 0.7126" in page and "0.7126 / 21.30 dB" in page
