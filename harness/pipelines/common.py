@@ -116,6 +116,13 @@ def embeds(*shapes: tuple[int, ...], dtype: torch.dtype, device: torch.device) -
     return [torch.randn(*shape, generator=generator).to(device=device, dtype=dtype) for shape in shapes]
 
 
+def wan_family_vae(z_dim: int) -> dict:
+    """The tiny config of the Wan-family VAEs (AutoencoderKLWan, AutoencoderKLQwenImage): 8x spatial and 4x
+    temporal compression, zero-mean unit-std latents."""
+    return {"base_dim": 8, "z_dim": z_dim, "dim_mult": [1, 2, 2, 2], "num_res_blocks": 1,
+            "temperal_downsample": [False, True, True], "latents_mean": [0.0] * z_dim, "latents_std": [1.0] * z_dim}
+
+
 def scheduler():
     from diffusers import FlowMatchEulerDiscreteScheduler
 

@@ -16,15 +16,7 @@ TRANSFORMER = dict(get_spec("qwenimage").config)
 Z_DIM = TRANSFORMER["in_channels"] // 4
 CONTRAST = 2.0  # see common.seeded_vae
 EMBED_GAIN = 0.1  # see common.sharpen
-VAE = {
-    "base_dim": 8,
-    "z_dim": Z_DIM,
-    "dim_mult": [1, 2, 2, 2],
-    "num_res_blocks": 1,
-    "temperal_downsample": [False, True, True],
-    "latents_mean": [0.0] * Z_DIM,
-    "latents_std": [1.0] * Z_DIM,
-}
+VAE = common.wan_family_vae(Z_DIM)
 
 
 def build():

@@ -8,6 +8,7 @@ guidance) to check the video path alone. The pipeline's text connector turns the
 compares output [0], the video prediction; the audio prediction is returned second and not compared.
 """
 
+from harness.zoo import ltx
 from harness.zoo.spec import ModelSpec, Shape, padded_text, randn, shapes, text_mask, timestep
 
 AUDIO_LATENTS = 9  # odd on purpose: audio is never split, so its length must not matter
@@ -27,13 +28,8 @@ CONFIG = {
     "caption_channels": 16,
 }
 
-SHAPES = shapes(
-    Shape("default", frames=2),
-    Shape("txt7", frames=2, text=7),
-    Shape("img15", height=3, width=5),
-    Shape("masked", frames=2, masked=3),
-    Shape("isolated", frames=2, options=("isolate_modalities",)),
-)
+# LTX's shapes, plus the pipeline variant that keeps audio and video apart in attention.
+SHAPES = shapes(*ltx.SHAPES.values(), Shape("isolated", frames=2, options=("isolate_modalities",)))
 
 
 def make_inputs(generator, shape: Shape):
