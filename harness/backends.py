@@ -13,12 +13,18 @@ CPU_BACKENDS = ("native", "_native_math", "_native_flash", "flex")
 
 
 def registry():
+    from harness import compat
+
+    compat.check_supported()  # every use of diffusers' attention API passes here first: fail clearly on too old
     from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 
     return _AttentionBackendRegistry
 
 
 def all_backend_names() -> list[str]:
+    from harness import compat
+
+    compat.check_supported()
     from diffusers.models.attention_dispatch import AttentionBackendName
 
     return [member.value for member in AttentionBackendName]
@@ -115,12 +121,18 @@ def dispatches() -> dict[str, int]:
     return dict(sorted(_counters.items()))
 
 
-
 def reset_active_backend() -> None:
-    """`set_attention_backend` also sets diffusers' process-global active backend; a later case must not inherit it."""
+    """`set_attention_backend` also sets diffusers' process-global active backend (0.37 on); a later case must not
+    inherit it. 0.36 has no setter and its `set_attention_backend` leaves the global alone: set the attribute the
+    setter sets."""
     from diffusers.models.attention_dispatch import AttentionBackendName
 
-    registry().set_active_backend(AttentionBackendName.NATIVE)
+    from harness import compat
+
+    if compat.has("set_active_backend"):
+        registry().set_active_backend(AttentionBackendName.NATIVE)
+    else:
+        registry()._active_backend = AttentionBackendName.NATIVE
 
 
 def backend_table(dtypes=("fp32", "bf16")) -> list[dict]:

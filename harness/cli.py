@@ -9,15 +9,29 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 from harness.faults import FAULTS
-from harness.settings import OPTIONS, RUN_OPTIONS, load_settings
+from harness.settings import OPTIONS, RUN_OPTIONS, load_settings, split_list
 
 
 def add_options(parser: argparse.ArgumentParser, names) -> None:
+    in_force = _in_force()
     for name in names:
         option = OPTIONS[name]
+        flag, value = f"--{name.replace('_', '-')}", in_force.get(name, option.default)
+        origin = "" if value == option.default else " (from pyproject.toml)"
+        text = f"{option.help} [tool.harness] {name}; default here: {_show(value)}{origin}."
+        if isinstance(option.default, bool):
+            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=text)
+            continue
         kind = type(option.default) if not option.is_list and option.default is not None else str
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None,
-                            help=f"{option.help} [tool.harness] {name}; default: {_show(option.default)}.")
+        parser.add_argument(flag, dest=name, type=kind, default=None, help=text)
+
+
+def _in_force() -> dict:
+    """The option values `[tool.harness]` sets for this folder (the quick plan's), so `--help` shows what applies."""
+    try:
+        return load_settings({"models": None}).values
+    except HarnessError:
+        return {}
 
 
 def _show(value) -> str:
@@ -29,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     capture = commands.add_parser("capture", help="Capture fp32 single-device references into references/.")
     add_options(capture, ("models", "kinds", "weights", "references"))
+    capture.add_argument("--shapes", default=None, help="Only these shapes, comma-separated (default: every shape).")
     capture.add_argument("--force", action="store_true", help="Replace existing references.")
     run = commands.add_parser("run", help="Run the parity matrix under torchrun and write reports/.")
     add_options(run, RUN_OPTIONS)
@@ -38,7 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     selftest = commands.add_parser("selftest", help="Run the negative controls; exit 0 only if each bug is caught.")
     add_options(selftest, ("references", "case_timeout", "cpu_max_ranks", "budget_factor"))
     selftest.add_argument("--report-dir", dest="report_dir", default="reports/selftest", help="Where to write.")
-    commands.add_parser("models", help="List diffusers' transformers with a parallel plan and the harness's coverage.")
+    models = commands.add_parser("models", help="List diffusers' transformers with a parallel plan and the harness's "
+                                                "coverage.")
+    models.add_argument("--check", action="store_true", help="Also check each plan against the module tree (meta "
+                        "device, zoo and default configs): keys, split/gather pairs, attention in the split region, "
+                        "TP pairs and degrees 2 and 4. Exit 1 on an error finding.")
     commands.add_parser("backends", help="List diffusers' attention backends: usable here (probed), why not, CP.")
     report = commands.add_parser("report", help="Re-render index.html from results.json, or compare two runs.")
     add_options(report, ("report_dir",))
@@ -81,7 +100,9 @@ def cmd_capture(args) -> int:
     from harness.capture import capture_all
 
     settings = _settings(args)
-    capture_all(settings.models, settings.path("references"), args.force, settings.kinds, settings.weights)
+    shapes = split_list(args.shapes) if args.shapes else None
+    capture_all(settings.models, settings.path("references"), args.force, settings.kinds, settings.weights,
+                shapes=shapes)
     return 0
 
 
@@ -100,6 +121,8 @@ def cmd_selftest(args) -> int:
 
 
 def cmd_report(args) -> int:
+    """Re-render index.html; or compare two runs: Markdown, then one summary line that names the page written.
+    Exit 1 when a case newly fails (a CI gate; see harness.report.compare), 2 when a results.json is missing."""
     import os
 
     from harness.report import changed_markdown, compare_runs, render_html
@@ -108,15 +131,16 @@ def cmd_report(args) -> int:
         print(f"wrote {render_html(_settings(args).path('report_dir'))}")
         return 0
     old, new = (Path(folder) for folder in args.compare)
-    render_html(new)
-    path, changes = compare_runs(old, new)
-    text = changed_markdown(changes)
-    print(text, end="")
-    print(f"wrote {path}")
+    comparison = compare_runs(old, new)
+    text = changed_markdown(comparison)
+    print(text)
+    wrote = ", ".join(str(path) for path in comparison.wrote)
+    verdict = "; exit 1: a case newly fails" if comparison.exit_code else ""
+    print(f"compare: {comparison.summary()}; wrote {wrote}{verdict}")
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as handle:
-            handle.write("## Status changes\n\n" + text)
-    return 0
+            handle.write(f"## Status changes: {old} -> {new}\n\n{text}\n")
+    return comparison.exit_code
 
 
 def cmd_backends(args) -> int:
@@ -151,7 +175,14 @@ def cmd_models(args) -> int:
         print(f"could not import {module}: {error}")
     covered = sum(1 for row in rows if row["spec"])
     print(f"\n{covered} of {len(rows)} classes with a parallel plan have a spec")
-    return 0
+    if not args.check:
+        return 0
+    from harness import plan_checks  # --check: each plan against its module trees; exit 1 on an error finding
+
+    findings, trees = plan_checks.check_all()
+    print("\n" + plan_checks.format_table(findings))
+    print(plan_checks.summary(findings, len(rows), trees))
+    return 1 if any(row.severity == "error" for row in findings) else 0
 
 
 COMMANDS = {"capture": cmd_capture, "run": cmd_run, "selftest": cmd_selftest, "report": cmd_report,

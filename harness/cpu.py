@@ -1,6 +1,7 @@
 """The CPU/gloo shims diffusers needs to run its parallel code on a machine without an accelerator.
 
-Active only when CUDA is absent; each shim leaves what diffusers accepts or refuses unchanged.
+Active only when CUDA is absent; each shim leaves what diffusers accepts or refuses unchanged, and applies only
+where the installed diffusers has the feature it adapts (harness.compat): a release without TP needs no TP shim.
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 import functools
 
 import torch
+
+from harness import compat
 
 _applied = False
 
@@ -22,8 +25,10 @@ def apply() -> None:
     if _applied or not needed():
         return
     _device_count_at_least_one()
-    _allow_tensor_parallel_on_cpu()
-    _native_flash_ops_on_cpu()
+    if compat.has("tensor_parallel"):
+        _allow_tensor_parallel_on_cpu()
+    if compat.has("native_flash_ops"):  # before 0.37 `_native_flash` has no ring path, so nothing to adapt
+        _native_flash_ops_on_cpu()
     _applied = True
 
 

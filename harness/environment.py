@@ -9,18 +9,30 @@ from pathlib import Path
 import torch
 
 
-def diffusers_commit() -> str | None:
-    """The commit of a diffusers installed from a git checkout (`pip install -e`), else None."""
-    import diffusers
+def diffusers_commit(package_dir: Path | None = None) -> str | None:
+    """The commit of a diffusers installed from its own git checkout (`pip install -e ~/diffusers`), else None.
 
-    source = Path(diffusers.__file__).resolve().parent
+    Only a checkout laid out as diffusers' repository counts (the package at `<top>/src/diffusers`): a wheel in a
+    virtual environment that sits inside some other repository (the harness's own `.venv` or `.nox`) must not
+    report that repository's commit.
+    """
+    if package_dir is None:
+        import diffusers
+
+        package_dir = Path(diffusers.__file__).parent
+    source = Path(package_dir).resolve()
+    top = _git(source, "rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() / "src" / "diffusers" != source:
+        return None
+    return _git(source, "rev-parse", "HEAD")
+
+
+def _git(folder: Path, *args: str) -> str | None:
     try:
-        result = subprocess.run(
-            ["git", "-C", str(source), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
-        )
+        result = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return result.stdout.strip() or None if result.returncode == 0 else None
+    return (result.stdout.strip() or None) if result.returncode == 0 else None
 
 
 def device_name() -> str:

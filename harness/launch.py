@@ -13,23 +13,20 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from harness.plan import Case
+from harness.records import Case, CaseRecord, GroupSpec, Outcome
 
 POLL_S = 0.1
 RANK_ERROR_GRACE_S = 5.0  # a rank's error, then no result: the other ranks are stuck in a collective
 STARTUP_TIMEOUT_S = 180.0  # imports, gloo/NCCL init and rendezvous
-
-
-@dataclass
-class Outcome:
-    """What the launcher learned about one case: the worker's record, or why none came."""
-
-    case: Case
-    record: dict = field(default_factory=dict)
-    timeout: bool = False
+# A hang is a group that stops computing: no rank uses PROGRESS_CPU_S of CPU time in STALL_S. A slow or busy machine
+# still gives every runnable rank CPU time, so this does not depend on machine speed; ranks blocked in a collective
+# or asleep use none (measured: a hung 2-rank gloo group, 0.01 s in 4 s). `--case-timeout` stays the outer bound
+# (on CUDA, NCCL may spin while it waits, so only the timeout catches a hang there).
+STALL_S = 20.0
+PROGRESS_CPU_S = 0.5
 
 
 @dataclass
@@ -44,6 +41,8 @@ class _Watch:
     started_at: float = field(default_factory=time.monotonic)
     rank_errors: dict[str, dict] = field(default_factory=dict)
     dead_since: dict[int, float] = field(default_factory=dict)
+    progress: tuple[float, float] | None = None  # (CPU seconds of all ranks, when they last grew by PROGRESS_CPU_S)
+    fatal: dict[int, dict] = field(default_factory=dict)  # rank -> its failure outside any case (startup, cleanup)
 
     def poll(self) -> list[dict]:
         """New result events from every rank; tracks pids, the case in flight and ranks' errors on the way."""
@@ -69,6 +68,8 @@ class _Watch:
             self.current, self.started_at = case_id, time.monotonic()
         elif kind == "rank_error":
             self.rank_errors.setdefault(case_id, {}).setdefault(event["rank"], {**event, "seen": time.monotonic()})
+        elif kind == "fatal":
+            self.fatal.setdefault(event["rank"], event)
         elif kind == "result":
             self.current = None
             return [event]
@@ -86,6 +87,18 @@ class _Watch:
         return sorted((rank for rank in self.dead_since if rank not in reported),
                       key=lambda rank: (self.dead_since[rank], rank))
 
+    def stalled_for(self) -> float:
+        """Seconds since the ranks last made progress (used CPU time); 0 where CPU time cannot be read."""
+        used = [_cpu_seconds(pid) for pid in self.pids.values()]
+        now = time.monotonic()
+        if not used or None in used:
+            self.progress = None
+            return 0.0
+        total = sum(used)
+        if self.progress is None or total - self.progress[0] >= PROGRESS_CPU_S:
+            self.progress = (total, now)
+        return now - max(self.progress[1], self.started_at)
+
     def first_error(self, case_id: str) -> dict | None:
         errors = self.rank_errors.get(case_id, {})
         return min(errors.values(), key=lambda event: event["time"]) if errors else None
@@ -102,6 +115,16 @@ def _alive(pid: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process (Linux /proc); None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def launch_command(world_size: int, group_file: Path) -> list[str]:
@@ -138,7 +161,7 @@ def kill_tree(process: subprocess.Popen) -> None:
         pass
 
 
-def run_group(cases: list[Case], settings: dict, workdir: Path, case_timeout: float,
+def run_group(cases: list[Case], group: GroupSpec, workdir: Path, case_timeout: float,
               on_outcome: Callable[[Outcome], None]) -> int:
     """Run every case of one world size, relaunching after a hang or crash until each has an outcome.
 
@@ -149,7 +172,8 @@ def run_group(cases: list[Case], settings: dict, workdir: Path, case_timeout: fl
         attempt += 1
         folder = workdir / f"ws{remaining[0].world_size}-{attempt}"
         folder.mkdir(parents=True, exist_ok=True)
-        done = _Launch(remaining, settings, folder, case_timeout, on_outcome).run()
+        spec = replace(group, workdir=str(folder), cases=remaining)
+        done = _Launch(spec, folder, case_timeout, on_outcome).run()
         remaining = [case for case in remaining if case.case_id not in done]
     return attempt
 
@@ -157,14 +181,14 @@ def run_group(cases: list[Case], settings: dict, workdir: Path, case_timeout: fl
 class _Launch:
     """One torchrun launch over `cases`; stops at the first case it has to give up on."""
 
-    def __init__(self, cases, settings, folder: Path, case_timeout: float, on_outcome):
+    def __init__(self, group: GroupSpec, folder: Path, case_timeout: float, on_outcome):
+        cases = group.cases
         self.by_id = {case.case_id: case for case in cases}
         self.folder, self.case_timeout, self.on_outcome = folder, case_timeout, on_outcome
         self.world_size = cases[0].world_size
         self.watch = _Watch(folder, self.world_size)
         self.done: set[str] = set()
-        group = {**settings, "workdir": str(folder), "cases": [case.to_dict() for case in cases]}
-        (folder / "group.json").write_text(json.dumps(group))
+        (folder / "group.json").write_text(json.dumps(group.to_dict()))
 
     def run(self) -> set[str]:
         with open(self.folder / "torchrun.log", "w") as log:
@@ -194,11 +218,11 @@ class _Launch:
     def _deliver(self, events: list[dict]) -> None:
         dead = self.watch.dead_ranks()
         for event in events:
-            if "error" in event and dead:  # rank 0's "connection closed" is a symptom: name the rank that died
+            if event.get("error") and dead:  # rank 0's "connection closed" is a symptom: name the rank that died
                 event = {**event, "error": f"rank {dead[0]} died during the case; rank 0 saw: {event['error']}",
                          "error_rank": None}
             self.done.add(event["case_id"])
-            self.on_outcome(Outcome(self.by_id[event["case_id"]], event))
+            self.on_outcome(Outcome(self.by_id[event["case_id"]], CaseRecord.from_dict(event)))
 
     def _problem(self, process) -> str | None:
         watch = self.watch
@@ -212,6 +236,8 @@ class _Launch:
         first = watch.first_error(watch.current)
         if first is not None and time.monotonic() - first["seen"] > RANK_ERROR_GRACE_S:
             return "rank_error"
+        if watch.stalled_for() > STALL_S:
+            return "hung"
         return "timeout" if waited > self.case_timeout else None
 
     def _blame(self, problem: str, returncode) -> None:
@@ -224,18 +250,30 @@ class _Launch:
 
     def _outcome(self, case_id: str, problem: str, returncode) -> Outcome:
         case, waited = self.by_id[case_id], time.monotonic() - self.watch.started_at
+        return Outcome(case, self._record(case_id, problem, returncode, waited))
+
+    def _record(self, case_id: str, problem: str, returncode, waited: float) -> CaseRecord:
         error, dead = self.watch.first_error(case_id), self.watch.dead_ranks()
+        fatal = min(self.watch.fatal.values(), key=lambda event: event["time"]) if self.watch.fatal else None
+        if fatal is not None and (not dead or dead[0] == fatal["rank"] or fatal["stage"] == "startup"):
+            # the rank's own traceback (an import, init or cleanup failure), not torchrun's summary of it; a
+            # fatal on a rank that outlived the first dead one is a symptom, named below
+            return CaseRecord(case_id, error=f"failed at {fatal['stage']}: {fatal['message']}",
+                              error_rank=fatal["rank"], traceback=fatal.get("traceback", ""))
         if dead:  # the others' errors ("connection closed") are symptoms: name the rank that died
             seen = f"; rank {error['rank']} saw: {error['message']}" if error and error["rank"] != dead[0] else ""
-            return Outcome(case, {"error": f"rank {dead[0]} died during the case (pid {self.watch.pids[dead[0]]})"
-                                           f"{seen}", "traceback": _tail(self.folder / "torchrun.log")})
+            return CaseRecord(case_id, error=f"rank {dead[0]} died during the case (pid {self.watch.pids[dead[0]]})"
+                                             f"{seen}", traceback=_tail(self.folder / "torchrun.log"))
         if error is not None:
-            return Outcome(case, {"error": error["message"], "error_rank": error["rank"],
-                                  "traceback": error.get("traceback", "")})
+            return CaseRecord(case_id, error=error["message"], error_rank=error["rank"],
+                              traceback=error.get("traceback", ""))
         if problem == "timeout":
-            return Outcome(case, {"error": f"no result after {waited:.0f}s (case timeout)"}, timeout=True)
-        return Outcome(case, {"error": f"worker group ({problem}, exit code {returncode}) before reporting: "
-                                       f"{_tail(self.folder / 'torchrun.log')}"})
+            return CaseRecord(case_id, error=f"no result after {waited:.0f}s (case timeout)", timeout=True)
+        if problem == "hung":
+            return CaseRecord(case_id, error=f"hung: no rank used CPU time for {STALL_S:.0f}s (blocked or asleep), "
+                                             f"{waited:.0f}s into the case", timeout=True)
+        return CaseRecord(case_id, error=f"worker group ({problem}, exit code {returncode}) before reporting: "
+                                         f"{_tail(self.folder / 'torchrun.log')}")
 
 
 def _tail(path: Path, lines: int = 6) -> str:

@@ -45,20 +45,33 @@ class Layout:
 
     def diffusers_config(self, mesh=None):
         """What `enable_parallelism` receives: a `ContextParallelConfig`, a `TensorParallelConfig`, or both in a
-        `ParallelConfig` (diffusers decides whether it accepts the combination)."""
-        from diffusers import ContextParallelConfig, ParallelConfig, TensorParallelConfig
+        `ParallelConfig` (diffusers decides whether it accepts the combination).
 
+        Only the arguments the installed diffusers accepts are passed (harness.compat): before 0.38 there is no
+        `mesh=` (diffusers builds its own), before 0.37 no `ulysses_anything`. A layout a release cannot express
+        at all is a plan-time SKIP (`compat.layout_missing`), so asking for it here is an error, not a silent
+        fallback to another layout."""
+        import diffusers
+
+        from harness import compat
+
+        missing = compat.layout_missing(self)
+        if missing is not None:
+            raise HarnessError(f"layout {self.name}: {missing}")
         cp = tp = None
         if self.is_context_parallel:
-            cp = ContextParallelConfig(
-                ring_degree=self.ring, ulysses_degree=self.ulysses,
-                ulysses_anything=self.anything and self.ulysses > 1, ring_anything=self.anything and self.ring > 1,
-                mesh=mesh["ring", "ulysses"] if mesh is not None and self.tp > 1 else mesh,
-            )
+            options = {"ring_degree": self.ring, "ulysses_degree": self.ulysses}
+            if self.anything and self.ulysses > 1:
+                options["ulysses_anything"] = True
+            if self.anything and self.ring > 1:
+                options["ring_anything"] = True
+            if mesh is not None and compat.has("cp_mesh"):
+                options["mesh"] = mesh["ring", "ulysses"] if self.tp > 1 else mesh
+            cp = diffusers.ContextParallelConfig(**options)
         if self.tp > 1:
-            tp = TensorParallelConfig(tp_degree=self.tp, mesh=mesh["tp"] if mesh is not None and cp else mesh)
+            tp = diffusers.TensorParallelConfig(tp_degree=self.tp, mesh=mesh["tp"] if mesh is not None and cp else mesh)
         if cp is not None and tp is not None:
-            return ParallelConfig(context_parallel_config=cp, tensor_parallel_config=tp)
+            return diffusers.ParallelConfig(context_parallel_config=cp, tensor_parallel_config=tp)
         return cp or tp
 
 

@@ -43,22 +43,14 @@ def pytest_generate_tests(metafunc):
         plan = [] if metafunc.config.getoption("ref") else plan_from(settings_from(metafunc.config))
         metafunc.parametrize("parity_case", plan, ids=[p.case.case_id for p in plan])
     if "reference_target" in metafunc.fixturenames:
-        targets = _reference_targets(metafunc.config) if metafunc.config.getoption("ref") else []
-        metafunc.parametrize("reference_target", targets, ids=[f"{m}@{shape}/{kind}" for m, shape, kind in targets])
+        targets = []
+        if metafunc.config.getoption("ref"):
+            from harness.capture import reference_targets
 
-
-def _reference_targets(config) -> list[tuple[str, str, str]]:
-    """(model, shape, kind) of every reference the configured plan can need."""
-    from harness.image_runs import has_pipeline
-    from harness.zoo import get_spec
-
-    settings, targets = settings_from(config), []
-    for name in settings.models:
-        if "tensor" in settings.kinds:
-            targets += [(name, shape, "tensor") for shape in get_spec(name).shapes]
-        if "image" in settings.kinds and has_pipeline(name) and settings.weights is None:
-            targets.append((name, "default", "image"))
-    return targets
+            settings = settings_from(metafunc.config)
+            targets = reference_targets(settings.models, settings.kinds, weights_dir=settings.weights)
+        metafunc.parametrize("reference_target", targets,
+                             ids=[f"{model}@{shape}/{kind}" for kind, model, shape, _ in targets])
 
 
 def pytest_collection_modifyitems(config, items):
@@ -67,8 +59,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.parity)
 
 
+SELECTED = pytest.StashKey[list]()
+
+
 def pytest_collection_finish(session):
-    session.config._harness_selected = [
+    session.config.stash[SELECTED] = [
         item.callspec.params["parity_case"] for item in session.items
         if hasattr(item, "callspec") and "parity_case" in item.callspec.params
     ]
@@ -84,7 +79,7 @@ def parity_results(request):
     capture = config.pluginmanager.getplugin("capturemanager")
     try:
         with capture.global_and_fixture_disabled():
-            summary = runner.run(settings_from(config), config._harness_selected, capture_missing=False,
+            summary = runner.run(settings_from(config), config.stash.get(SELECTED, []), capture_missing=False,
                                  echo=lambda line: print(line, flush=True))
     except HarnessError as error:
         return error
@@ -94,12 +89,42 @@ def parity_results(request):
 @pytest.fixture
 def captured_reference(request, reference_target):
     """Captures one reference (kept if present, unless --ref-force); returns (path, written)."""
-    from harness.capture import capture_one
-    from harness.image_runs import capture_image
-    from harness.zoo import get_spec
+    from harness.kinds import kind_of
 
-    model, shape, kind = reference_target
+    kind, model, shape, weights_dir = reference_target
     root, force = settings_from(request.config).path("references"), request.config.getoption("ref_force")
-    if kind == "image":
-        return capture_image(model, root, force)
-    return capture_one(get_spec(model), shape, root, force)
+    return kind_of(kind).capture(model, shape, root, force, weights_dir)
+
+
+def check_reference(captured) -> None:
+    """`pytest --ref`: the reference just captured (or kept) reads back whole, with a finite output."""
+    from harness.reference import read_reference
+
+    path, _written = captured
+    assert read_reference(path).output.isfinite().all(), f"{path}: the captured fp32 output is not finite"
+
+
+def check_parity(planned, results) -> None:
+    """The pytest outcome of one parity case: SKIP and XFAIL as pytest's own, FAIL/ERROR/TIMEOUT as a failure
+    that says what broke and how to rerun the case alone, PASS as a pass."""
+    from harness.errors import HarnessError
+    from harness.results import Status
+
+    if planned.skip_reason:
+        pytest.skip(planned.skip_reason)
+    if isinstance(results, HarnessError):
+        pytest.fail(str(results), pytrace=False)
+    result = results[planned.case.case_id]
+    if result.status is Status.SKIP:
+        pytest.skip(result.reason)
+    if result.status is Status.XFAIL:
+        pytest.xfail(result.reason)
+    if result.status.is_bad:
+        numbers = ""
+        if result.max_abs_err is not None:
+            numbers = f" max_abs_err={result.max_abs_err:.3g} mean_abs_err={result.mean_abs_err:.3g} " \
+                      f"tolerance={result.tolerance}"
+        pytest.fail(f"{result.case_id}: {result.status.value}{numbers}: {result.reason}\n"
+                    f"details: reports/results.json; rerun alone: harness run --models {result.model} "
+                    f"--layouts {result.layout} --backends {result.backend} --dtypes {result.dtype}", pytrace=False)
+    assert result.status is Status.PASS

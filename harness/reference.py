@@ -20,7 +20,29 @@ from harness import SCHEMA_VERSION
 from harness.errors import HarnessError
 
 _WEIGHTS, _INPUTS, _OUTPUT = "weights.", "inputs.", "output"
-FIX = "run `harness capture --force` (or `pytest --ref`) to capture it again"
+
+
+def fix_for(path: Path) -> str:
+    """The one command that repairs this file: restore it from git where it is committed (a recapture would churn
+    a binary), else recapture exactly this model, shape and kind (not every reference)."""
+    path = Path(path)
+    kind, _, shape = path.stem.partition("@")
+    recapture = (f"`harness capture --models {path.parent.name} --kinds {kind} --shapes {shape or 'default'} "
+                 f"--force`")
+    if _committed(path):
+        return f"restore the committed file with `git checkout -- {path}`, or recapture just it with {recapture}"
+    return f"recapture just this file with {recapture}"
+
+
+def _committed(path: Path) -> bool:
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "-C", str(path.parent), "ls-files", "--error-unmatch", path.name],
+                              capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 @dataclass
@@ -30,6 +52,14 @@ class Reference:
     inputs: dict[str, Any]
     output: torch.Tensor
     meta: dict[str, Any]
+
+
+def reference_meta(model: str, shape: str, kind: str, config: dict, config_hash: str, **extra) -> dict[str, Any]:
+    """What every reference says of itself: what it is, the single-device fp32 run that made it, and where."""
+    from harness import environment
+
+    return {"model": model, "shape": shape, "kind": kind, "dtype": "fp32", "layout": "single", "backend": "native",
+            "world_size": 1, "config": config, "config_hash": config_hash, **extra, **environment.describe()}
 
 
 def reference_path(root: Path, model: str, shape: str = "default", kind: str = "tensor") -> Path:
@@ -94,15 +124,15 @@ def read_meta(path: Path) -> dict[str, Any]:
         with safe_open(str(path), framework="pt") as handle:
             header = (handle.metadata() or {}).get("harness")
     except Exception as error:  # noqa: BLE001 - safetensors raises several types for damaged files
-        raise HarnessError(f"reference {path} is unreadable ({error}); {FIX}") from None
+        raise HarnessError(f"reference {path} is unreadable ({error}); {fix_for(path)}") from None
     if header is None:
-        raise HarnessError(f"{path} is not a harness reference (no 'harness' metadata); {FIX}")
+        raise HarnessError(f"{path} is not a harness reference (no 'harness' metadata); {fix_for(path)}")
     try:
         meta = json.loads(header)
     except json.JSONDecodeError:
         meta = None
     if not isinstance(meta, dict):
-        raise HarnessError(f"reference {path} has damaged metadata (not a JSON object); {FIX}")
+        raise HarnessError(f"reference {path} has damaged metadata (not a JSON object); {fix_for(path)}")
     if meta.get("schema", 0) > SCHEMA_VERSION:
         raise HarnessError(
             f"reference {path} has schema {meta.get('schema')}, newer than this harness ({SCHEMA_VERSION}); "
@@ -119,13 +149,13 @@ def read_reference(path: Path, expected_config_hash: str | None = None) -> Refer
     try:
         tensors = load_file(str(path))
     except Exception as error:  # noqa: BLE001
-        raise HarnessError(f"reference {path} is unreadable ({error}); {FIX}") from None
+        raise HarnessError(f"reference {path} is unreadable ({error}); {fix_for(path)}") from None
     if checksum(tensors) != meta.get("checksum"):
-        raise HarnessError(f"reference {path} failed its checksum (corrupted or edited); {FIX}")
+        raise HarnessError(f"reference {path} failed its checksum (corrupted or edited); {fix_for(path)}")
     if expected_config_hash and meta.get("config_hash") != expected_config_hash:
         raise HarnessError(
             f"reference {path} was captured from another config of {meta.get('model')!r} "
-            f"({meta.get('config_hash')} != {expected_config_hash}); {FIX}"
+            f"({meta.get('config_hash')} != {expected_config_hash}); {fix_for(path)}"
         )
     weights = {k[len(_WEIGHTS):]: v for k, v in tensors.items() if k.startswith(_WEIGHTS)}
     inputs: dict[str, Any] = {k[len(_INPUTS):]: v for k, v in tensors.items() if k.startswith(_INPUTS)}

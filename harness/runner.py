@@ -13,14 +13,16 @@ from pathlib import Path
 
 from harness import environment, matrix
 from harness.capture import ensure_references
+from harness.kinds import Policy
 from harness.known_issues import load_known_issues
-from harness.launch import Outcome, group_by_world_size, run_group
+from harness.launch import group_by_world_size, run_group
 from harness.plan import PlannedCase, build_plan, uncovered_rows
+from harness.records import GroupSpec, Outcome
 from harness.reference import reference_path
 from harness.report import render_html
 from harness.results import CaseResult, Status, write_results
 from harness.settings import Settings
-from harness.verdict import apply_known_issues, judge, skipped
+from harness.verdict import apply_expected_refusal, apply_known_issues, judge, skipped
 
 PARTIAL = "results.partial.jsonl"
 
@@ -34,7 +36,7 @@ class RunSummary:
 
 def plan_from(settings: Settings, fault: str | None = None) -> list[PlannedCase]:
     plan = build_plan(settings.models, settings.layouts, settings.backends, settings.dtypes, settings.shapes,
-                      settings.cpu_max_ranks, fault, settings.kinds, settings.weights)
+                      settings.cpu_max_ranks, fault, settings.kinds, settings.weights, settings.check_refusals)
     return plan + uncovered_rows()
 
 
@@ -44,17 +46,19 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     report_dir = settings.path("report_dir")
     report_dir.mkdir(parents=True, exist_ok=True)
     runnable = [p.case for p in plan if p.skip_reason is None]
-    metas = ensure_references({(c.model, c.shape, c.kind) for c in runnable}, settings.path("references"), echo,
-                              capture_missing, settings.weights)
+    metas = ensure_references(runnable, settings.path("references"), echo, capture_missing)
     issues = load_known_issues(settings.path("known_issues"))
     versions = _versions(metas)
     if versions["version_mismatch"]:  # said before the cases run too: every verdict below is against it
         echo(f"note: {versions['version_mismatch']}")
-    done = _resume(report_dir, resume)
+    done = _resume(report_dir, resume, echo)
+    if not done:
+        _clear_previous(report_dir, echo)
     todo = [case for case in runnable if case.case_id not in done]
     echo(f"plan: {len(plan)} cases, {len(runnable)} to run, {len(plan) - len(runnable)} skipped at plan time"
          + (f", {len(runnable) - len(todo)} kept from the interrupted run" if done else ""))
-    launches = _launch_all(todo, settings, report_dir, issues, done, echo)
+    refusals = {p.case.case_id: p.expected_refusal for p in plan if p.expected_refusal is not None}
+    launches = _launch_all(todo, settings, report_dir, issues, refusals, done, echo)
     results = [done.get(p.case.case_id) or skipped(p.case, p.skip_reason) for p in plan]
     header = _header(settings, versions, results, started, time.monotonic() - clock, launches)
     write_reports(report_dir, results, header)
@@ -66,34 +70,35 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     return RunSummary(results, header, 1 if any(r.status.is_bad for r in results) else 0)
 
 
-def _launch_all(cases, settings: Settings, report_dir: Path, issues, done: dict, echo) -> int:
+def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: dict, done: dict, echo) -> int:
     workdir = report_dir / "work"
     shutil.rmtree(workdir, ignore_errors=True)
     total, launches = len(done) + len(cases), 0  # cases kept by --resume count as done
-    group_settings = {"references": str(settings.path("references")), "images_dir": str(report_dir / "images"),
-                      "weights_dir": str(Path(settings.weights).resolve()) if settings.weights else None}
+    group = GroupSpec("", str(settings.path("references")), str(report_dir / "images"), [])
     with open(report_dir / PARTIAL, "a") as partial:
         def on_outcome(outcome: Outcome) -> None:
-            tolerance = settings.tolerance(outcome.case.dtype)
-            limits = settings.image_limit(outcome.case.dtype)
-            result = apply_known_issues(judge(outcome, tolerance, settings.budget_factor, limits), issues)
+            dtype = outcome.case.dtype
+            policy = Policy(settings.tolerance(dtype), settings.budget_factor, settings.image_limit(dtype))
+            result = judge(outcome, policy)
+            result = apply_known_issues(apply_expected_refusal(result, refusals.get(result.case_id)), issues)
             done[result.case_id] = result
             partial.write(json.dumps(result.to_dict()) + "\n")
             partial.flush()
             echo(_progress_line(len(done), result, total))
 
-        for world_size, group in group_by_world_size(cases).items():
-            echo(f"launching {len(group)} case(s) on {world_size} rank(s)")
-            timeout = settings.case_timeout or _auto_timeout(group, settings.path("references"))
-            launches += run_group(group, group_settings, workdir, timeout, on_outcome)
+        for world_size, members in group_by_world_size(cases).items():
+            echo(f"launching {len(members)} case(s) on {world_size} rank(s)")
+            timeout = settings.case_timeout or _auto_timeout(members, settings.path("references"))
+            launches += run_group(members, group, workdir, timeout, on_outcome)
     return launches
 
 
 def _auto_timeout(cases, root: Path) -> float:
-    """60 s, plus 60 s per GB of the largest reference's weights: tiny models get a minute, real ones more."""
+    """300 s, plus 60 s per GB of the largest reference's weights: a wide margin, since a hang is found by the
+    stall detection (harness.launch) long before; this bound is for a group that spins without progress."""
     sizes = [reference_path(root, c.model, c.shape, c.kind).stat().st_size for c in cases
              if reference_path(root, c.model, c.shape, c.kind).exists()]
-    return 60.0 + 60.0 * max(sizes, default=0) / 2**30
+    return 300.0 + 60.0 * max(sizes, default=0) / 2**30
 
 
 def _progress_line(index: int, result: CaseResult, total: int) -> str:
@@ -107,11 +112,21 @@ def _shorten(text: str, limit: int = 110) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _resume(report_dir: Path, resume: bool) -> dict[str, CaseResult]:
+def _clear_previous(report_dir: Path, echo) -> None:
+    """A new run replaces the reports of the last one in this folder, PNGs included (none may outlive its case)."""
+    if (report_dir / "results.json").exists():
+        echo(f"note: replacing the previous run's reports in {report_dir} (--report-dir DIR keeps them)")
+    shutil.rmtree(report_dir / "images", ignore_errors=True)
+
+
+def _resume(report_dir: Path, resume: bool, echo=print) -> dict[str, CaseResult]:
     """Finished cases of an interrupted run, when asked to resume; otherwise start clean."""
     path = report_dir / PARTIAL
     if not resume:
         path.unlink(missing_ok=True)
+        return {}
+    if not path.exists():
+        echo(f"note: nothing to resume in {report_dir} (no {PARTIAL}): running the whole plan")
         return {}
     kept = {}
     if path.exists():

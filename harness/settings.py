@@ -29,14 +29,17 @@ OPTIONS = {
         Option("models", ["flux", "flux2", "qwenimage"], "Models of the zoo to run, comma-separated.", True),
         Option("kinds", ["tensor", "image"], "tensor (one forward) and/or image (a whole pipeline).", True),
         Option("weights", None, "A local diffusers checkpoint folder to run the image cases on (never the hub)."),
-        Option("shapes", ["default"], "Input shapes per model (default, txt7, img15, masked, ...) or 'all'.", True),
+        Option("shapes", ["default", "masked"],
+               "Input shapes per model (default, txt7, img15, masked, ...) or 'all'; a model runs those it has.", True),
         Option("layouts", list(DEFAULT_LAYOUTS), "Parallel layouts, e.g. ulysses2,ring2,ring2xulysses2,tp2.", True),
         Option("backends", ["native", "_native_math", "_native_flash", "flex"], "Attention backends to run.", True),
         Option("dtypes", ["fp32", "bf16"], "Dtypes to run (fp32, bf16, fp16), comma-separated.", True),
         Option("references", "references", "Directory of the captured fp32 references."),
         Option("report_dir", "reports", "Directory where matrix.csv, matrix.md and results.json are written."),
         Option("known_issues", "known_issues.toml", "TOML file of known failures that become XFAIL."),
-        Option("case_timeout", 0.0, "Seconds a case may run before it is TIMEOUT (0: 60 s + 60 s per GB of weights)."),
+        Option("case_timeout", 0.0, "Seconds a case may run before it is TIMEOUT (0: 300 s + 60 s per GB of weights)."),
+        Option("check_refusals", False, "Run the cases diffusers is expected to refuse (backend not context-parallel "
+                                        "capable, uneven split) to see it refuse, instead of SKIP."),
         Option("cpu_max_ranks", 4, "Most ranks a CPU-only machine runs; larger layouts are SKIP."),
         Option("budget_factor", 1.25, "Low precision: most a layout may multiply the dtype's own error by."),
     )
@@ -44,7 +47,7 @@ OPTIONS = {
 
 # The options `harness run` and the pytest plugin accept (capture and selftest take subsets).
 RUN_OPTIONS = ("plan", "models", "kinds", "weights", "shapes", "layouts", "backends", "dtypes", "references",
-               "report_dir", "known_issues", "case_timeout", "cpu_max_ranks", "budget_factor")
+               "report_dir", "known_issues", "case_timeout", "check_refusals", "cpu_max_ranks", "budget_factor")
 
 GPU_BACKENDS = ["_native_cudnn", "_native_efficient", "flash", "_flash_3", "sage", "xformers"]
 PLANS = {
@@ -55,6 +58,7 @@ PLANS = {
         "layouts": list(FULL_LAYOUTS),
         "backends": ["native", "_native_math", "_native_flash", "flex", *GPU_BACKENDS],
         "dtypes": ["fp32", "bf16", "fp16"],
+        "check_refusals": True,
     },
 }
 
@@ -123,11 +127,30 @@ def load_settings(overrides: dict[str, Any] | None = None, start: Path | None = 
         raise HarnessError(f"unknown plan {plan!r}; valid plans: {', '.join(PLANS)}")
     for key, value in {**PLANS[plan], **overrides}.items():
         values[key] = split_list(value) if OPTIONS[key].is_list else value
+    for key, value in values.items():
+        values[key] = _typed(OPTIONS[key], value, pyproject)
     if values["models"] == ["all"]:
         from harness.zoo import SPECS
 
         values["models"] = list(SPECS)
     return Settings(values, tolerances, root, image_limits)
+
+
+def _typed(option: Option, value: Any, pyproject) -> Any:
+    """Values from pytest options and TOML arrive as text or another type; give each the type of its default."""
+    kind = type(option.default)
+    if option.is_list or option.default is None or value is None or isinstance(value, kind):
+        return value
+    try:
+        if kind is bool:
+            text = str(value).strip().lower()
+            if text not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                raise ValueError(text)
+            return text in ("1", "true", "yes", "on")
+        return kind(value)
+    except (TypeError, ValueError):
+        where = f" ({pyproject})" if pyproject else ""
+        raise HarnessError(f"option {option.name}: {value!r} is not a {kind.__name__}{where}") from None
 
 
 def split_list(value: Any) -> list[str]:

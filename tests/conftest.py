@@ -38,11 +38,11 @@ def project(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def zoo_references(tmp_path_factory):
     """fp32 references of the tiny zoo captured once per session into a scratch folder (milliseconds per model)."""
-    from harness.capture import capture
+    from harness.capture import capture_all
     from harness.zoo import SPECS
 
     root = tmp_path_factory.mktemp("references")
-    capture([(spec, "default") for spec in SPECS.values()], root, echo=lambda _: None)
+    capture_all(list(SPECS), root, kinds=["tensor"], shapes=["default"], echo=lambda _: None)
     return root
 
 

@@ -1,12 +1,16 @@
-"""Inline CSS and JS for the report pages; kept in Python so they ship with the package without package-data setup."""
+"""Inline CSS and the page shell for the report pages; kept in Python so they ship with the package without
+package-data setup. The index page's script is in script.py."""
 
 from html import escape
 
 CSS = r"""
 :root { --pass:#1a7f37; --fail:#cf222e; --error:#bc4c00; --timeout:#8250df; --skip:#57606a; --xfail:#9a6700;
   --pass-bg:#dafbe1; --fail-bg:#ffebe9; --error-bg:#ffe2c6; --timeout-bg:#f3e8ff; --skip-bg:#eaeef2;
-  --xfail-bg:#fff3b0; --line:#d0d7de; --muted:#57606a; --focus:#0969da; }
+  --xfail-bg:#fff3b0; --xpass:#0550ae; --xpass-bg:#ddf4ff; --line:#d0d7de; --muted:#57606a; --focus:#0969da; }
 * { box-sizing: border-box; }
+/* The filters hide with the hidden attribute; without !important any rule that sets display (.cell-case's block)
+   would win over the browser's own [hidden] rule and keep filtered cells on screen. */
+[hidden] { display: none !important; }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: #1f2328;
   margin: 0 auto; padding: 16px 24px 48px; max-width: 1600px; background: #fff; }
 h1 { font-size: 22px; margin: 0 0 2px; } h2 { font-size: 17px; margin: 28px 0 8px; border-bottom: 1px solid var(--line);
@@ -30,6 +34,7 @@ th, td { text-align: left; vertical-align: top; }
 .s-PASS { --c: var(--pass); --bg: var(--pass-bg); } .s-FAIL { --c: var(--fail); --bg: var(--fail-bg); }
 .s-ERROR { --c: var(--error); --bg: var(--error-bg); } .s-TIMEOUT { --c: var(--timeout); --bg: var(--timeout-bg); }
 .s-SKIP { --c: var(--skip); --bg: var(--skip-bg); } .s-XFAIL { --c: var(--xfail); --bg: var(--xfail-bg); }
+.s-XPASS { --c: var(--xpass); --bg: var(--xpass-bg); }
 .badge, .cell-case, .count { color: var(--c, #1f2328); background: var(--bg, #fff);
   border-left: 4px solid var(--c, #888); }
 #filters { position: sticky; top: 0; z-index: 3; background: #f6f8fa; border: 1px solid var(--line);
@@ -42,11 +47,12 @@ th, td { text-align: left; vertical-align: top; }
 table.matrix { font-size: 12px; }
 .matrix th, .matrix td { border: 1px solid var(--line); padding: 2px; }
 .matrix thead th { background: #f6f8fa; text-align: center; font-weight: 600; white-space: nowrap; padding: 4px 6px; }
-.matrix thead th span { display: block; } .matrix thead th .backend { font-weight: 400; color: var(--muted); }
+.matrix thead th span { display: block; } .matrix thead th .dtype { font-weight: 400; color: var(--muted); }
+.matrix th[scope=row] .backend { color: var(--muted); }
 .matrix th[scope=row] { background: #f6f8fa; white-space: nowrap; padding: 4px 8px; position: sticky; left: 0;
   z-index: 1; }
 .matrix td.empty { background: repeating-linear-gradient(45deg, #fff, #fff 4px, #f3f4f6 4px, #f3f4f6 8px); }
-.cell-case { display: block; text-decoration: none; padding: 3px 6px; min-width: 74px; border-radius: 3px;
+.cell-case { display: block; text-decoration: none; padding: 2px 5px; min-width: 70px; border-radius: 3px;
   text-align: center; line-height: 1.25; }
 .cell-case + .cell-case { margin-top: 2px; }
 .cell-case b { display: block; font-size: 11px; letter-spacing: .02em; }
@@ -59,13 +65,33 @@ table.cases { width: 100%; font-size: 12.5px; }
 .cases td.n { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .cases .reason-cell { max-width: 60ch; min-width: 24ch; white-space: pre-wrap; overflow-wrap: anywhere;
   display: -webkit-box; -webkit-line-clamp: 3; -webkit-box-orient: vertical; overflow: hidden; }
+nav.jump { font-size: 13px; margin-top: 4px; }
+details.group, details.model { border: 1px solid var(--line); border-radius: 6px; margin: 4px 0; }
+details.group > summary, details.model > summary { cursor: pointer; padding: 5px 10px; background: #f6f8fa;
+  border-radius: 6px; }
+details.group[open] > summary, details.model[open] > summary { border-bottom: 1px solid var(--line);
+  border-radius: 6px 6px 0 0; }
+details.group > summary { border-left: 4px solid var(--c, #888); }
+details.group > summary .n { display: inline-block; min-width: 5ch; text-align: right; margin-right: 6px;
+  font-variant-numeric: tabular-nums; }
+details.group > summary .why { white-space: pre-wrap; overflow-wrap: anywhere; }
+.group-body, .model-body { padding: 6px 10px 10px; }
+.model-name { font-size: 15px; margin-right: 6px; } details.model > summary .badge { margin-left: 4px; }
+#details { border: 2px solid var(--focus); border-radius: 8px; padding: 0 12px 8px; margin: 16px 0; }
+#details > h2 { border: 0; margin-top: 10px; }
+.case-body > .close { float: right; font: inherit; font-size: 12px; margin: 4px 0 0 8px; }
+.scale { display: flex; flex-direction: column; width: 224px; margin-top: 4px; }
+.scale .bar { display: block; height: 10px; border: 1px solid var(--line);
+  background: linear-gradient(to right, #000, #fff); }
+.scale .ticks { display: flex; justify-content: space-between; font-size: 11px; color: var(--muted); }
+.scale-note { width: 224px; font-size: 11px; color: var(--muted); margin: 2px 0 0; }
 details.case { border: 1px solid var(--line); border-radius: 6px; margin: 6px 0; }
 details.case > summary { cursor: pointer; padding: 6px 10px; background: #f6f8fa; border-radius: 6px; }
 details.case[open] > summary { border-bottom: 1px solid var(--line); border-radius: 6px 6px 0 0; }
 details.case:target { box-shadow: 0 0 0 3px var(--focus); }
 .case-body { padding: 6px 12px 12px; }
 .metrics th { font-weight: 600; padding: 2px 16px 2px 0; white-space: nowrap; }
-.metrics td { padding: 2px 0; overflow-wrap: anywhere; }
+.metrics td { padding: 2px 0; overflow-wrap: anywhere; } .metrics td code { white-space: pre-wrap; }
 pre.reason, pre.traceback { white-space: pre-wrap; overflow-wrap: anywhere; background: #f6f8fa;
   border: 1px solid var(--line); border-radius: 4px; padding: 8px; margin: 0; max-height: 32em; overflow: auto; }
 .images { display: flex; flex-wrap: wrap; gap: 12px; }
@@ -76,6 +102,7 @@ svg.hist rect { fill: #0969da; } svg.hist text { font-size: 10px; fill: var(--mu
 svg.hist .axis { stroke: #8c959f; } svg.hist line.tol { stroke: var(--fail); stroke-dasharray: 4 3; }
 svg.hist text.tol { fill: var(--fail); }
 .none { padding: 12px; color: var(--muted); }
+ul.patterns { margin: 4px 0 8px; padding-left: 20px; overflow-wrap: anywhere; font-size: 12.5px; }
 @media print {
   @page { margin: 12mm; }
   * { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
@@ -86,121 +113,13 @@ svg.hist text.tol { fill: var(--fail); }
   .matrix th[scope=row], #filters, .cases thead th { position: static; }
   .cases .reason-cell { display: block; -webkit-line-clamp: unset; overflow: visible; }
   details.case { break-inside: avoid; }
+  nav.jump, .case-body > .close { display: none; }
   details.case::details-content { content-visibility: visible; display: block; }
   details.case > summary { list-style: none; }
   pre.reason, pre.traceback { max-height: none; overflow: visible; }
   a { color: inherit; text-decoration: none; }
 }
 """
-
-JS = r"""
-(function () {
-  "use strict";
-  var KEYS = ["status", "model", "layout", "backend", "dtype"];
-  var BAD = {FAIL: true, ERROR: true, TIMEOUT: true};
-  var form = document.getElementById("filters");
-  document.documentElement.classList.add("js");
-  if (!form) { return; }
-
-  function state() {
-    var st = {failures: form.elements.failures.checked};
-    KEYS.forEach(function (k) { st[k] = form.elements[k].value; });
-    return st;
-  }
-  function matches(el, st) {
-    for (var i = 0; i < KEYS.length; i++) {
-      if (st[KEYS[i]] && el.getAttribute("data-" + KEYS[i]) !== st[KEYS[i]]) { return false; }
-    }
-    return !(st.failures && !BAD[el.getAttribute("data-status")]);
-  }
-  function apply() {
-    var st = state(), shown = 0, total = 0;
-    document.querySelectorAll(".filterable").forEach(function (el) { el.hidden = !matches(el, st); });
-    document.querySelectorAll("tr.case-row").forEach(function (tr) { total++; if (!tr.hidden) { shown++; } });
-    hideEmptyMatrix();
-    var counter = document.getElementById("shown-count");
-    counter.textContent = "Showing " + shown + " of " + total + " cases";
-    document.querySelectorAll(".no-match").forEach(function (el) { el.hidden = shown > 0; });
-  }
-  function hideEmptyMatrix() {
-    var visibleCols = {};
-    document.querySelectorAll("table.matrix tr.mrow").forEach(function (tr) {
-      var any = false;
-      tr.querySelectorAll("td[data-col]").forEach(function (td) {
-        if (td.querySelector(".cell-case:not([hidden])")) {
-          any = true;
-          visibleCols[td.getAttribute("data-col")] = true;
-        }
-      });
-      tr.hidden = !any;
-    });
-    document.querySelectorAll("table.matrix [data-col]").forEach(function (cell) {
-      cell.hidden = !visibleCols[cell.getAttribute("data-col")];
-    });
-  }
-  function fromQuery() {
-    var params = new URLSearchParams(window.location.search);
-    KEYS.forEach(function (k) {
-      var v = params.get(k), sel = form.elements[k];
-      var known = Array.prototype.some.call(sel.options, function (o) { return o.value === v; });
-      if (v !== null && known) { sel.value = v; }
-    });
-    form.elements.failures.checked = ["1", "true", "yes"].indexOf(params.get("failures")) >= 0;
-  }
-  function openCase(id) {
-    var d = document.getElementById(id);
-    if (!d || d.tagName !== "DETAILS") { return; }
-    if (d.hidden) { form.reset(); apply(); }
-    d.open = true;
-    d.scrollIntoView({block: "start"});
-    d.querySelector("summary").focus({preventScroll: true});
-  }
-  function moveFocus(link, key) {
-    var td = link.closest("td"), tr = td.parentElement;
-    var dr = {ArrowUp: -1, ArrowDown: 1}[key] || 0, dc = {ArrowLeft: -1, ArrowRight: 1}[key] || 0;
-    var rows = Array.prototype.filter.call(tr.parentElement.rows, function (r) { return !r.hidden; });
-    var r = rows.indexOf(tr), c = td.cellIndex;
-    for (;;) {
-      r += dr; c += dc;
-      if (r < 0 || r >= rows.length || c < 1 || c >= rows[r].cells.length) { return; }
-      var cell = rows[r].cells[c];
-      var next = cell.hidden ? null : cell.querySelector(".cell-case:not([hidden])");
-      if (next) { next.focus(); return; }
-    }
-  }
-
-  form.addEventListener("change", apply);
-  form.addEventListener("submit", function (e) { e.preventDefault(); apply(); });
-  form.addEventListener("reset", function () { window.setTimeout(apply, 0); });
-  document.querySelectorAll("[data-set-status]").forEach(function (b) {
-    b.addEventListener("click", function () {
-      form.elements.status.value = b.getAttribute("data-set-status");
-      apply();
-    });
-  });
-  document.addEventListener("click", function (e) {
-    var a = e.target.closest && e.target.closest('a[href^="#case-"]');
-    if (a) { openCase(a.getAttribute("href").slice(1)); }
-  });
-  document.addEventListener("keydown", function (e) {
-    if (e.target.classList && e.target.classList.contains("cell-case") && /^Arrow/.test(e.key)) {
-      e.preventDefault(); moveFocus(e.target, e.key);
-    }
-  });
-  window.addEventListener("hashchange", function () { openCase(window.location.hash.slice(1)); });
-  var closed = [];
-  window.addEventListener("beforeprint", function () {
-    closed = Array.prototype.filter.call(document.querySelectorAll("details"), function (d) { return !d.open; });
-    closed.forEach(function (d) { d.open = true; });
-  });
-  window.addEventListener("afterprint", function () { closed.forEach(function (d) { d.open = false; }); });
-  fromQuery();
-  apply();
-  if (window.location.hash) { openCase(window.location.hash.slice(1)); }
-  document.documentElement.setAttribute("data-ready", "1");
-})();
-"""
-
 
 def page(title: str, body: str, script: str = "") -> str:
     """The shell of index.html and compare.html: inline CSS/JS only, so a file works from disk or a CI artifact."""

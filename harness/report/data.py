@@ -12,25 +12,41 @@ from harness.errors import HarnessError
 
 STATUSES = ("PASS", "FAIL", "ERROR", "TIMEOUT", "SKIP", "XFAIL")
 BAD = frozenset({"FAIL", "ERROR", "TIMEOUT"})
+OBSERVED = "; observed "  # harness.verdict writes an XFAIL's reason as "<known issue or refusal>; observed <error>"
 FILTER_KEYS = ("status", "model", "layout", "backend", "dtype")
 
 
 def load(report_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The header and the cases of `report_dir/results.json`, each case with every key the page reads."""
+    """The header and the cases of `report_dir/results.json`, each case with every key the page reads.
+
+    A missing, unreadable or foreign file is a HarnessError that names it and says what to do."""
     path = Path(report_dir) / "results.json"
+    fix = "point at a folder that `harness run` wrote (its --report-dir), or re-run `harness run` to rewrite it"
     if not path.is_file():
-        raise HarnessError(f"no results at {path}; run `harness run` first or pass the right --report-dir")
+        raise HarnessError(f"no results at {path}; run `harness run` first or pass the folder it wrote "
+                           "(its --report-dir)")
     try:
-        payload = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise HarnessError(f"{path} is not valid JSON ({error}); re-run `harness run` to rewrite it") from error
-    return payload.get("header") or {}, [_normalise(case) for case in payload.get("cases") or []]
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:  # ValueError: invalid JSON or not UTF-8
+        raise HarnessError(f"{path} cannot be read as JSON ({error}); {fix}") from error
+    if not _is_results(payload):
+        raise HarnessError(f"{path} is not a harness results file (expected an object with a \"cases\" list of "
+                           f"objects); {fix}")
+    return payload.get("header") or {}, [_normalise(case) for case in payload["cases"]]
+
+
+def _is_results(payload: Any) -> bool:
+    """The shape results.write_results gives: {"header": {...}, "cases": [{...}, ...]}."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("header") or {}, dict):
+        return False
+    cases = payload.get("cases")
+    return isinstance(cases, list) and all(isinstance(case, dict) for case in cases)
 
 
 def _normalise(case: dict[str, Any]) -> dict[str, Any]:
     """Fill defaults so rendering never meets a missing key; an unknown status is shown, not dropped."""
     out = dict(case)
-    for key in ("case_id", "model", "kind", "layout", "backend", "dtype", "dispatched", "reason"):
+    for key in ("case_id", "model", "kind", "layout", "backend", "dtype", "dispatched", "kernels", "reason"):
         out[key] = "" if out.get(key) is None else str(out[key])
     out["shape"] = str(out.get("shape") or "default")
     out["kind"] = out["kind"] or "tensor"
@@ -55,7 +71,8 @@ def number(value: Any) -> float | None:
 
 
 def short(value: Any) -> str:
-    """Compact scientific form for matrix cells: 1.7e-07 -> "1.7e-7"; empty when there is no number."""
+    """Compact scientific form for matrix cells: 1.7e-07 -> "1.7e-7"; empty when there is no number. The page
+    script's `short` writes the same."""
     x = number(value)
     if x is None:
         return ""
@@ -65,20 +82,6 @@ def short(value: Any) -> str:
         return "0"
     mantissa, exponent = f"{x:.1e}".split("e")
     return f"{mantissa}e{int(exponent)}"
-
-
-def full(value: Any, digits: int = 3) -> str:
-    """Detail-view form: scientific with a few digits for floats, as-is for ints, an em dash for nothing."""
-    if value is None or value == "":
-        return "\u2014"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    x = number(value)
-    if x is None:
-        return str(value)
-    if not math.isfinite(x):
-        return str(x)
-    return f"{x:.{digits}e}"
 
 
 def base_slug(case_id: str) -> str:
@@ -110,10 +113,15 @@ def status_counts(cases: list[dict[str, Any]]) -> dict[str, int]:
     return counts
 
 
-def row_label(case: dict[str, Any], with_kind: bool) -> str:
-    """The same row naming as the Markdown grid (harness.matrix): model[@shape] dtype [kind]."""
-    model = case["model"] if case["shape"] == "default" else f"{case['model']}@{case['shape']}"
-    return f"{model} {case['dtype']}" + (f" {case['kind']}" if with_kind else "")
+def shown_status(case: dict[str, Any]) -> str:
+    """XPASS for a PASS whose known issue no longer reproduces (harness.verdict marks it `extra["xpass"]`): news
+    as much as a failure, so the page lists it with them."""
+    return "XPASS" if case["status"] == "PASS" and case["extra"].get("xpass") is True else case["status"]
+
+
+def issue_of(case: dict[str, Any]) -> str:
+    """The known issue (or expected refusal) an XFAIL matched, without the observed error that differs per case."""
+    return case["reason"].split(OBSERVED, 1)[0]
 
 
 def key_number(case: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ fixed at 512 and there is no "txt7" shape. Editing runs on 2 latent frames (inpu
 the rope's temporal-skip branch; temporal reasoning runs on more frames ("img45": 3 frames of 3x5).
 """
 
-from harness.zoo.spec import ModelSpec, Shape, randn, shapes, timestep
+from harness.zoo.spec import ModelSpec, Shape, image_stream_only, randn, shapes, timestep
 from harness.zoo.wan import video_latents
 
 TEXT_TOKENS = 512  # hard-coded in the ChronoEdit/Wan I2V attention processor
@@ -45,4 +45,5 @@ def make_inputs(generator, shape: Shape):
     }
 
 
-SPEC = ModelSpec("chronoedit", "ChronoEditTransformer3DModel", CONFIG, make_inputs, SHAPES)
+SPEC = ModelSpec("chronoedit", "ChronoEditTransformer3DModel", CONFIG, make_inputs, SHAPES,
+                 split_lengths_of=image_stream_only)

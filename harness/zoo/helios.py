@@ -86,9 +86,17 @@ def make_inputs(generator, shape: Shape):
     }
 
 
-SPEC = ModelSpec("helios", "HeliosTransformer3DModel", CONFIG, make_inputs, SHAPES, cp_plan=pruned_cp_plan)
+def history_and_chunk(shape: Shape) -> dict[str, int]:
+    """Helios splits the history latents together with the chunk; their patched lengths are not modelled here, so
+    the plan predicts no uneven split and diffusers' own error decides."""
+    return {}
+
+
+SPEC = ModelSpec("helios", "HeliosTransformer3DModel", CONFIG, make_inputs, SHAPES, cp_plan=pruned_cp_plan,
+                 split_lengths_of=history_and_chunk)
 
 # The same class with `is_amplify_history=True`: its attention processor derives the history length from the
 # rank's local sequence and the full-sequence `original_context_length`, which context parallelism makes disagree.
 AMPLIFY_SPEC = ModelSpec("helios_amplify", "HeliosTransformer3DModel", {**CONFIG, "is_amplify_history": True},
-                         make_inputs, shapes(Shape("default", frames=2)), cp_plan=pruned_cp_plan)
+                         make_inputs, shapes(Shape("default", frames=2)), cp_plan=pruned_cp_plan,
+                         split_lengths_of=history_and_chunk)

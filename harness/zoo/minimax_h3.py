@@ -78,4 +78,10 @@ def make_inputs(generator, shape: Shape):
     }
 
 
-SPEC = ModelSpec("minimax_h3", "MiniMaxH3Transformer3DModel", CONFIG, make_inputs, SHAPES)
+def packed_length(shape: Shape) -> dict[str, int]:
+    """Context parallelism splits the one packed sequence: text + audio rows + video rows."""
+    return {"packed tokens": shape.text + 2 * AUDIO_LATENTS + shape.image_tokens}
+
+
+SPEC = ModelSpec("minimax_h3", "MiniMaxH3Transformer3DModel", CONFIG, make_inputs, SHAPES,
+                 split_lengths_of=packed_length)

@@ -65,11 +65,28 @@ class ModelSpec:
     shapes: dict[str, Shape] = field(default_factory=lambda: {"default": Shape()})
     seed: int = 0
     cp_plan: Callable[[dict[str, Any]], CpPlan] | None = None
+    # What context parallelism shards, per shape: {"image tokens": 16, "text tokens": 8}. Plain ring and Ulysses
+    # need each length divisible by the degree; the default is the image stream and the text stream.
+    split_lengths_of: Callable[[Shape], dict[str, int]] | None = None
+    # Adapts the installed diffusers class where an older release needs it (harness.compat), e.g. QwenImage on 0.36
+    # requires `txt_seq_lens`, which references captured on newer releases do not carry; None: the class as is.
+    compat_class: Callable[[type], type] | None = None
+
+    def split_lengths(self, shape: str = "default") -> dict[str, int]:
+        """The sequence lengths a context-parallel layout splits for `shape` (what must divide by the degree)."""
+        geometry = self.shapes[shape]
+        if self.split_lengths_of is not None:
+            return self.split_lengths_of(geometry)
+        return {"image tokens": geometry.image_tokens, "text tokens": geometry.text}
 
     def model_class(self):
         import diffusers
 
-        return getattr(diffusers, self.class_name)
+        from harness import compat
+
+        compat.check_supported()
+        cls = getattr(diffusers, self.class_name)
+        return self.compat_class(cls) if self.compat_class is not None else cls
 
     def build(self) -> torch.nn.Module:
         """The model with seeded random weights (capture only: runs load the reference's weights instead)."""
@@ -94,6 +111,11 @@ class ModelSpec:
             default=str,
         )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def image_stream_only(shape: Shape) -> dict[str, int]:
+    """For models whose `_cp_plan` splits the image/video stream and leaves the text stream whole (Wan's family)."""
+    return {"image tokens": shape.image_tokens}
 
 
 def randn(generator: torch.Generator, *shape: int) -> torch.Tensor:

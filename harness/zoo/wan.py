@@ -8,7 +8,7 @@ The pipeline zero-pads T5 embeddings instead of masking them, hence no "masked" 
 
 import torch
 
-from harness.zoo.spec import ModelSpec, Shape, randn, shapes, timestep
+from harness.zoo.spec import ModelSpec, Shape, image_stream_only, randn, shapes, timestep
 
 CONFIG = {
     "patch_size": [1, 2, 2],
@@ -52,4 +52,4 @@ def make_inputs(generator, shape: Shape):
     }
 
 
-SPEC = ModelSpec("wan", "WanTransformer3DModel", CONFIG, make_inputs, SHAPES)
+SPEC = ModelSpec("wan", "WanTransformer3DModel", CONFIG, make_inputs, SHAPES, split_lengths_of=image_stream_only)

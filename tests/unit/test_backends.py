@@ -1,6 +1,5 @@
 """Backend availability (a real probe), dispatch and kernel proof checks."""
 
-import time
 
 import pytest
 import torch
@@ -40,16 +39,14 @@ def test_probe_reasons_on_cpu():
     assert backends.unavailable_reason("_native_flash", "fp32") is None
 
 
-def test_probe_is_cheap_and_cached():
+def test_probe_runs_once_per_backend_and_dtype():
+    """A plan asks once per case; the probe (a real dispatch) must run once per (backend, dtype), then be cached."""
     backends.unavailable_reason.cache_clear()
-    for name in ("native", "_native_math", "_native_flash"):
-        started = time.perf_counter()
-        backends.unavailable_reason(name, "bf16")
-        assert time.perf_counter() - started < 1.0
-    started = time.perf_counter()
-    for _ in range(100):
-        backends.unavailable_reason("native", "bf16")
-    assert time.perf_counter() - started < 0.01
+    for _ in range(3):
+        for name in ("native", "_native_math", "_native_flash"):
+            backends.unavailable_reason(name, "bf16")
+    info = backends.unavailable_reason.cache_info()
+    assert (info.misses, info.hits) == (3, 6)
 
 
 def test_probe_calls_do_not_count_as_dispatches():

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.launch import Outcome
+from harness.kinds import Policy, kind_of
 from harness.layouts import parse_layout
-from harness.plan import Case
+from harness.records import Case, CaseRecord, Outcome
 from harness.results import Status
 from harness.verdict import judge
 
@@ -21,15 +21,20 @@ pytest.importorskip("transformers", reason="diffusers' pipeline classes need the
 LIMITS = {"ssim_min": 0.99, "psnr_min": 38.0, "max_abs_err_max": 0.1}
 
 
-def _image_outcome(dtype="bf16", **record):
+def _policy(tolerance):
+    return Policy(tolerance, 1.25, LIMITS)
+
+
+def _image_outcome(dtype="bf16", **metrics):
     perfect = {"ssim": 1.0, "psnr": math.inf, "max_abs_err": 0.0, "mean_abs_err": 0.0, "nonfinite": 0}
-    base = {**perfect, "dispatched": {"native": 4}, "seconds": 0.1}
-    return Outcome(Case("flux", parse_layout("ulysses2"), "native", dtype, kind="image"), {**base, **record})
+    case = Case("flux", parse_layout("ulysses2"), "native", dtype, kind="image")
+    return Outcome(case, CaseRecord(case.case_id, dispatched={"native": 4}, seconds=0.1,
+                                    metrics={**perfect, **metrics}))
 
 
 def test_image_within_limits_against_reference_and_baseline_passes():
     good = {"ssim": 0.9993, "psnr": 49.5, "max_abs_err": 0.017, "mean_abs_err": 2e-3, "nonfinite": 0}
-    result = judge(_image_outcome(**good, baseline=good, vs_baseline=good), 0.1, 1.25, LIMITS)
+    result = judge(_image_outcome(**good, baseline=good, vs_baseline=good), _policy(0.1))
     assert result.status is Status.PASS
     assert (result.ssim, result.psnr) == (0.9993, 49.5)
 
@@ -38,29 +43,29 @@ def test_image_that_only_the_baseline_comparison_catches_fails():
     # Close enough to the fp32 picture, but clearly off the bf16 single-device picture it must match.
     good = {"ssim": 0.995, "psnr": 40.0, "max_abs_err": 0.05, "mean_abs_err": 5e-3, "nonfinite": 0}
     off = {"ssim": 0.98, "psnr": 36.0, "max_abs_err": 0.09, "mean_abs_err": 9e-3, "nonfinite": 0}
-    result = judge(_image_outcome(**good, baseline=good, vs_baseline=off), 0.1, 1.25, LIMITS)
+    result = judge(_image_outcome(**good, baseline=good, vs_baseline=off), _policy(0.1))
     assert result.status is Status.FAIL
     assert result.reason.startswith("vs single-device bf16: ssim 0.98000 < 0.99")
 
 
 def test_nan_image_fails():
     bad = {"ssim": -1.0, "psnr": -math.inf, "max_abs_err": math.inf, "mean_abs_err": math.inf, "nonfinite": 12}
-    result = judge(_image_outcome("fp32", **bad), 1e-5, 1.25, LIMITS)
+    result = judge(_image_outcome("fp32", **bad), _policy(1e-5))
     assert result.status is Status.FAIL and "12 non-finite" in result.reason
 
 
 def test_capture_writes_picture_and_png(tmp_path):
-    from harness.image_runs import capture_image
     from harness.reference import read_reference
 
-    path, written = capture_image("flux", tmp_path)
+    capture_image = kind_of("image").capture
+    path, written = capture_image("flux", "default", tmp_path)
     assert written and path.name == "image.safetensors"
     assert path.with_suffix(".png").stat().st_size > 0
     reference = read_reference(path)
     assert reference.output.shape == (64, 64, 3)
     assert any(key.startswith("transformer.") for key in reference.weights)
     assert any(key.startswith("vae.") for key in reference.weights)
-    assert capture_image("flux", tmp_path) == (path, False)  # kept, not overwritten
+    assert capture_image("flux", "default", tmp_path) == (path, False)  # kept, not overwritten
 
 
 @pytest.mark.slow

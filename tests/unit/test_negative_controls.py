@@ -34,6 +34,8 @@ def test_deliberate_bug_fails_and_clean_twin_passes(control_results, control):
         assert faulty.max_abs_err > 100 * faulty.tolerance
     if control.expected == "error budget":  # the fixed bf16 tolerance alone would have passed it
         assert faulty.max_abs_err < faulty.tolerance
+    if control.fault == "rope_sign":  # a change to the model itself: the layout agrees with its own baseline
+        assert faulty.extra["vs_baseline_max_abs"] < faulty.tolerance
     if control.kind == "image":  # the report's difference image shows it
         diff = faulty.extra["images"]["diff"]
         assert diff.endswith("-diff.png")

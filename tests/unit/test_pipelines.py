@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import torch
@@ -14,7 +12,6 @@ from harness.pipelines import MODELS, build_pipeline, common, recipe, run_pipeli
 pytest.importorskip("transformers", reason="diffusers' pipeline classes need the transformers package")
 
 SHAPES = {"flux": (64, 64, 3), "flux2": (64, 64, 3), "qwenimage": (64, 64, 3), "wan": (5, 64, 64, 3)}
-RUN_BUDGET_S = 5.0  # measured 0.03-0.4 s on 2 CPU cores; generous for a loaded CI machine
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +26,8 @@ def test_every_model_has_a_recipe():
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_runs_quickly_with_the_right_shape_and_range(fp32_pipelines, name):
-    started = time.perf_counter()
+def test_runs_with_the_right_shape_and_range(fp32_pipelines, name):
     image = run_pipeline(fp32_pipelines[name], name)
-    assert time.perf_counter() - started < RUN_BUDGET_S
     assert image.shape == SHAPES[name] and image.dtype == np.float32
     assert np.isfinite(image).all() and image.min() >= 0.0 and image.max() <= 1.0
     # Structured, with contrast (see CONTRAST in each recipe), and almost nothing clipped to black or white.

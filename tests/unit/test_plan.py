@@ -10,7 +10,7 @@ def _reasons(plan):
     return {p.case.case_id: p.skip_reason for p in plan}
 
 
-def test_cp_incapable_backend_is_skipped_with_diffusers_reason():
+def test_cp_incapable_backend_is_skipped_with_diffusers_reason():  # the quick plan; --check-refusals runs it
     reasons = _reasons(build_plan(["flux"], ["ulysses2", "tp2"], ["_native_math", "native"], ["fp32"]))
     reason = reasons["flux/ulysses2/_native_math/fp32/tensor"]
     assert "not register backend '_native_math' as context-parallel" in reason
@@ -89,3 +89,50 @@ def test_full_plan_preset_covers_every_model_and_dtype(project):
     assert settings.models == list(SPECS)
     assert settings.dtypes == ["fp32"]  # the command line still wins over the preset
     assert "tp2+ulysses2" in settings.layouts and "ulysses2any" in settings.layouts
+
+
+def test_uneven_split_is_known_before_launch():
+    """`ulysses3` on 16 image tokens and 4 heads: SKIP with both reasons, no launch spent on it."""
+    plan = {p.case.case_id: p for p in build_plan(["flux", "wan"], ["ulysses3", "ring2", "ulysses2any"], ["native"],
+                                                  ["fp32"], shapes=["default", "txt7"])}
+    reason = plan["flux/ulysses3/native/fp32/tensor"].skip_reason
+    assert "image tokens 16, text tokens 8 not divisible by the context-parallel degree 3" in reason
+    assert "num_attention_heads 4 not divisible by the Ulysses degree 3" in reason
+    assert "text tokens 7 not divisible by the context-parallel degree 2" in plan["flux@txt7/ring2/native/fp32/tensor"]\
+        .skip_reason
+    assert plan["flux@txt7/ulysses2any/native/fp32/tensor"].skip_reason is None  # ulysses_anything takes it
+    assert plan["wan@txt7/ring2/native/fp32/tensor"].skip_reason is None  # Wan does not split its text
+
+
+def test_check_refusals_runs_what_diffusers_should_refuse_with_the_expected_text():
+    plan = {p.case.case_id: p for p in build_plan(["flux"], ["ulysses2", "ulysses3"], ["_native_math", "native"],
+                                                  ["fp32"], check_refusals=True)}
+    math = plan["flux/ulysses2/_native_math/fp32/tensor"]
+    assert math.skip_reason is None
+    assert math.expected_refusal.seen_in("ValueError: ... which does not support context parallelism. Please ...")
+    uneven = plan["flux/ulysses3/native/fp32/tensor"].expected_refusal
+    assert uneven.seen_in("Tensor size along dimension to be sharded must be divisible by mesh size")
+    assert uneven.seen_in("RuntimeError: shape '[1, 5, 3, 1, 12]' is invalid for input of size 240")
+    assert plan["flux/ulysses2/native/fp32/tensor"].expected_refusal is None
+
+
+def test_expected_refusal_is_xfail_only_when_diffusers_refuses():
+    from harness.plan import Refusal
+    from harness.results import CaseResult, Status
+    from harness.verdict import apply_expected_refusal
+
+    refusal = Refusal("backend not context-parallel capable", ("does not support context parallelism",))
+
+    def result(status, reason=""):
+        return CaseResult("flux/ulysses2/flex/fp32/tensor", "flux", "default", "tensor", "ulysses2", 2, "flex",
+                          "fp32", status, reason=reason)
+
+    refused = apply_expected_refusal(result(Status.ERROR, "ValueError: ... does not support context parallelism."),
+                                     refusal)
+    assert refused.status is Status.XFAIL and refused.reason.startswith("expected refusal: backend not")
+    other = apply_expected_refusal(result(Status.ERROR, "RuntimeError: something else"), refusal)
+    assert other.status is Status.ERROR
+    ran_wrong = apply_expected_refusal(result(Status.FAIL, "max abs err 0.03 > tolerance 1e-05"), refusal)
+    assert ran_wrong.status is Status.FAIL  # runs where it should refuse, and is wrong: the bug class itself
+    ran_right = apply_expected_refusal(result(Status.PASS), refusal)
+    assert ran_right.status is Status.PASS and "although a refusal was expected" in ran_right.reason

@@ -4,23 +4,26 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
+# What a user's project writes: the plugin supplies the cases, the shared run and each outcome.
 PARITY_TESTS = '''
-from pathlib import Path
-import sys
-sys.path.insert(0, {parity!r})
-from test_parity import test_parity, test_reference  # the repository's own parity tests
+from harness.plugin import check_parity, check_reference
+
+
+def test_reference(captured_reference):
+    check_reference(captured_reference)
+
+
+def test_parity(parity_case, parity_results):
+    check_parity(parity_case, parity_results)
 '''
 
 
 @pytest.fixture
 def user_project(pytester):
-    from pathlib import Path
-
-    parity = str(Path(__file__).resolve().parents[1] / "parity")
     pytester.makefile(".toml", pyproject='[tool.harness]\nmodels = ["flux"]\nlayouts = ["ulysses2", "ulysses4"]\n'
                       'backends = ["native"]\ndtypes = ["fp32"]\nkinds = ["tensor"]\n'
                       'cpu_max_ranks = 2\n')
-    pytester.makepyfile(test_matrix=PARITY_TESTS.format(parity=parity))
+    pytester.makepyfile(test_matrix=PARITY_TESTS)
     return pytester
 
 

@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from harness.errors import HarnessError
-from harness.reference import FIX, read_meta, read_reference, reference_path, write_reference
+from harness.reference import read_meta, read_reference, reference_path, write_reference
 
-FIX_RE = re.escape(FIX)  # every damaged reference says how to capture it again
+# every damaged reference says how to capture exactly it again
+FIX_RE = re.escape("recapture just this file with "
+                   "`harness capture --models toy --kinds tensor --shapes default --force`")
 
 
 def _write(path, value=1.0, force=False, **meta):
@@ -99,7 +101,24 @@ def test_config_mismatch_names_the_file(tmp_path):
 def test_foreign_safetensors_file_is_refused(tmp_path):
     from safetensors.torch import save_file
 
-    path = tmp_path / "foreign.safetensors"
+    path = reference_path(tmp_path, "toy")
+    path.parent.mkdir(parents=True)
     save_file({"x": torch.zeros(2)}, str(path))
     with pytest.raises(HarnessError, match=f"{re.escape(str(path))} is not a harness reference .*{FIX_RE}"):
         read_reference(path)
+
+
+def test_a_damaged_committed_reference_says_to_restore_it_from_git(tmp_path):
+    """`--force` on every reference would churn committed binaries: restoring the one file is the fix."""
+    import subprocess
+
+    path = reference_path(tmp_path, "toy", "txt7")
+    _write(path)
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "."], check=True)
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(HarnessError) as raised:
+        read_reference(path)
+    assert str(raised.value).endswith(
+        f"restore the committed file with `git checkout -- {path}`, or recapture just it with "
+        "`harness capture --models toy --kinds tensor --shapes txt7 --force`")

@@ -26,7 +26,9 @@ from harness.results import CaseResult, Status
 
 pytest_plugins = ["pytester"]
 
-CASE_TIMEOUT = 10  # a clean case that starts a launch takes ~4 s alone (first-use costs); 2 cores are shared
+# Far beyond any clean case on a loaded machine: the hang below is found by the stall detection (no rank uses CPU
+# time), which does not depend on machine speed, never by this timeout.
+CASE_TIMEOUT = 600
 FLUX_2 = ["--models", "flux", "--backends", "native", "--dtypes", "fp32", "--kinds", "tensor"]
 
 
@@ -37,7 +39,7 @@ def _case(model: str, layout: str, fault: str | None = None) -> Case:
     return Case(model, parse_layout(layout), "native", "fp32", fault=fault)
 
 
-def _workers_naming(folder: Path, wait_s: float = 2.0) -> list[str]:
+def _workers_naming(folder: Path, wait_s: float = 60.0) -> list[str]:
     """torchrun and rank processes still alive whose command line names `folder` (their group file lives there);
     waits up to `wait_s` for processes that were just killed to go away."""
     deadline = time.monotonic() + wait_s
@@ -106,7 +108,8 @@ def test_a_hang_a_raise_and_a_kill_each_cost_only_their_own_case(project, settin
     assert _launched_first(project / "reports") == [FAULT_PLAN[i].case_id for i in (0, 2, 4, 6)]
 
     assert results[HANG].status is Status.TIMEOUT
-    assert re.fullmatch(r"no result after \d+s \(case timeout\)", results[HANG].reason), results[HANG].reason
+    assert re.fullmatch(r"hung: no rank used CPU time for \d+s \(blocked or asleep\), \d+s into the case",
+                        results[HANG].reason), results[HANG].reason
 
     assert results[RAISE].status is Status.ERROR
     assert results[RAISE].reason == f"rank 1: {DELIBERATE}"
@@ -162,22 +165,20 @@ def _interrupt(project: Path, process: subprocess.Popen, send) -> tuple[int, str
 @pytest.mark.slow
 def test_sigterm_kills_the_worker_group_and_exits(project, zoo_references):
     process = _start_hanging_run(project, zoo_references, "ulysses2")
-    code, _out, err, seconds, survivors = _interrupt(project, process, lambda p: p.send_signal(signal.SIGTERM))
+    code, _out, err, _seconds, survivors = _interrupt(project, process, lambda p: p.send_signal(signal.SIGTERM))
     assert code == 128 + signal.SIGTERM, err
     assert "harness: interrupted; finished cases are kept (rerun with --resume)" in err
     assert "Traceback" not in err
-    assert seconds < 15  # the group gets SIGTERM, then SIGKILL after 5 s
     assert survivors == []
 
 
 @pytest.mark.slow
 def test_ctrl_c_keeps_finished_cases_and_resume_runs_only_the_rest(project, zoo_references):
     process = _start_hanging_run(project, zoo_references, "single,ulysses2")  # 1 rank (passes), then 2 (hangs)
-    code, out, err, seconds, survivors = _interrupt(project, process, lambda p: os.killpg(p.pid, signal.SIGINT))
+    code, out, err, _seconds, survivors = _interrupt(project, process, lambda p: os.killpg(p.pid, signal.SIGINT))
     assert code == 130, err
     assert "harness: interrupted; finished cases are kept (rerun with --resume)" in err
     assert "Traceback" not in err
-    assert seconds < 15
     assert survivors == []
     single, hung = "flux/single/native/fp32/tensor+hang_rank1", "flux/ulysses2/native/fp32/tensor+hang_rank1"
     assert f"PASS    {single}" in out
@@ -243,16 +244,17 @@ dtypes = ["fp32"]
 kinds = ["tensor"]
 references = {references!r}
 cpu_max_ranks = 2
-case_timeout = 60
+case_timeout = 600
 '''
 
 
 @pytest.mark.slow
 def test_xdist_runs_the_same_matrix_once_on_one_worker(pytester, zoo_references):
-    parity = str(Path(__file__).resolve().parents[1] / "parity")
     pytester.makefile(".toml", pyproject=XDIST_PROJECT.format(references=str(zoo_references)))
-    pytester.makepyfile(test_matrix=f"import sys\nsys.path.insert(0, {parity!r})\n"
-                                    "from test_parity import test_parity, test_reference\n")
+    pytester.makepyfile(test_matrix="from harness.plugin import check_parity, check_reference\n\n\n"
+                                    "def test_reference(captured_reference):\n    check_reference(captured_reference)\n"
+                                    "\n\ndef test_parity(parity_case, parity_results):\n"
+                                    "    check_parity(parity_case, parity_results)\n")
     reports = pytester.path / "reports"
 
     serial = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider")
@@ -288,7 +290,7 @@ def test_a_changed_model_against_references_of_another_version(project, zoo_refe
     shutil.copy(zoo_references / "flux/tensor.safetensors", reference)
     rewrite_meta(reference, lambda meta: meta.update(diffusers="0.0.1-old"))
     done = _harness("run", *FLUX_2, "--layouts", "ulysses2,tp2", "--inject-fault", "rope_sign",
-                    "--case-timeout", "60", cwd=project)
+                    "--case-timeout", "600", cwd=project)
     assert done.returncode == 1, done.stdout + done.stderr
 
     note = f"references come from another version: diffusers 0.0.1-old (references) vs {diffusers.__version__} " \
@@ -313,12 +315,14 @@ def test_a_changed_model_against_references_of_another_version(project, zoo_refe
 
 
 def test_a_fail_keeps_how_far_the_layout_is_from_its_single_device_run():
-    from harness.launch import Outcome
+    from harness.kinds import Policy
+    from harness.records import CaseRecord, Outcome
     from harness.verdict import judge
 
-    record = {"max_abs_err": 1.85e-2, "mean_abs_err": 2e-3, "max_rel_err": 1.0, "nonfinite": 0, "seconds": 0.2,
-              "dispatched": {"native": 4}, "vs_baseline_max_abs": 1.2e-7}
-    result = judge(Outcome(Case("flux", parse_layout("ulysses2"), "native", "fp32", fault="rope_sign"), record),
-                   tolerance=1e-5, budget_factor=1.25)
+    metrics = {"max_abs_err": 1.85e-2, "mean_abs_err": 2e-3, "max_rel_err": 1.0, "nonfinite": 0,
+               "vs_baseline_max_abs": 1.2e-7}
+    case = Case("flux", parse_layout("ulysses2"), "native", "fp32", fault="rope_sign")
+    record = CaseRecord(case.case_id, seconds=0.2, dispatched={"native": 4}, metrics=metrics)
+    result = judge(Outcome(case, record), Policy(1e-5, 1.25, {}))
     assert result.status is Status.FAIL and "> tolerance" in result.reason
     assert result.extra.get("vs_baseline_max_abs") == 1.2e-7, result.extra

@@ -4,28 +4,36 @@ import math
 
 import pytest
 
+from harness.kinds import Policy
 from harness.known_issues import KnownIssue, load_known_issues
-from harness.launch import Outcome
 from harness.layouts import parse_layout
-from harness.plan import Case
+from harness.records import Case, CaseRecord, Outcome
 from harness.results import Status
 from harness.verdict import apply_known_issues, judge
 
 
-def _outcome(dtype="fp32", layout="ulysses2", backend="native", **record):
-    base = {"max_abs_err": 1e-7, "mean_abs_err": 1e-8, "max_rel_err": 1e-8, "nonfinite": 0, "seconds": 0.1,
-            "dispatched": {backend: 2}}
-    return Outcome(Case("flux", parse_layout(layout), backend, dtype), {**base, **record})
+def _outcome(dtype="fp32", layout="ulysses2", backend="native", **metrics):
+    base = {"max_abs_err": 1e-7, "mean_abs_err": 1e-8, "max_rel_err": 1e-8, "nonfinite": 0}
+    case = Case("flux", parse_layout(layout), backend, dtype)
+    return Outcome(case, CaseRecord(case.case_id, seconds=0.1, dispatched={backend: 2}, metrics={**base, **metrics}))
+
+
+def _failed(outcome, **fields):
+    return Outcome(outcome.case, CaseRecord(outcome.case.case_id, **fields))
+
+
+def _policy(tolerance, budget_factor=1.25):
+    return Policy(tolerance, budget_factor, {})
 
 
 def test_fp32_within_tolerance_passes():
-    result = judge(_outcome(), tolerance=1e-5, budget_factor=1.25)
+    result = judge(_outcome(), _policy(1e-5, 1.25))
     assert result.status is Status.PASS
     assert result.dispatched == "native:2"
 
 
 def test_fp32_over_tolerance_fails_with_numbers():
-    result = judge(_outcome(max_abs_err=9.9e-3), tolerance=1e-5, budget_factor=1.25)
+    result = judge(_outcome(max_abs_err=9.9e-3), _policy(1e-5, 1.25))
     assert result.status is Status.FAIL
     assert "0.0099 > tolerance 1e-05" in result.reason
 
@@ -33,19 +41,19 @@ def test_fp32_over_tolerance_fails_with_numbers():
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
 def test_nonfinite_output_never_passes(bad):
     # A NaN compares false with everything: it must not slip through `err > tol`.
-    result = judge(_outcome(max_abs_err=bad, mean_abs_err=bad, nonfinite=3), tolerance=1e9, budget_factor=1e9)
+    result = judge(_outcome(max_abs_err=bad, mean_abs_err=bad, nonfinite=3), _policy(1e9, 1e9))
     assert result.status is Status.FAIL
     assert "non-finite" in result.reason
 
 
 def test_nan_error_without_count_still_fails():
-    result = judge(_outcome(max_abs_err=math.nan, nonfinite=0), tolerance=1.0, budget_factor=1.25)
+    result = judge(_outcome(max_abs_err=math.nan, nonfinite=0), _policy(1.0, 1.25))
     assert result.status is Status.FAIL
 
 
 def test_low_precision_within_budget_passes():
     outcome = _outcome("bf16", max_abs_err=1.0e-2, mean_abs_err=2.7e-3, baseline={"mean_abs_err": 2.67e-3})
-    result = judge(outcome, tolerance=0.1, budget_factor=1.25)
+    result = judge(outcome, _policy(0.1, 1.25))
     assert result.status is Status.PASS
     assert result.err_ratio == pytest.approx(2.7 / 2.67)
 
@@ -53,27 +61,27 @@ def test_low_precision_within_budget_passes():
 def test_low_precision_over_budget_fails_although_under_fixed_tolerance():
     # The classic broken layout in bf16 (ZOO_NOTES): 1.41e-2 max, 3.98e-3 mean vs 2.67e-3 for the dtype alone.
     outcome = _outcome("bf16", max_abs_err=1.41e-2, mean_abs_err=3.98e-3, baseline={"mean_abs_err": 2.67e-3})
-    result = judge(outcome, tolerance=0.1, budget_factor=1.25)
+    result = judge(outcome, _policy(0.1, 1.25))
     assert result.status is Status.FAIL
     assert "error budget" in result.reason and "1.49x" in result.reason
 
 
 def test_error_and_timeout_keep_their_message():
-    error = Outcome(_outcome().case, {"error": "ValueError: boom", "error_rank": 1, "traceback": "tb"})
-    result = judge(error, 1e-5, 1.25)
+    error = _failed(_outcome(), error="ValueError: boom", error_rank=1, traceback="tb")
+    result = judge(error, _policy(1e-5))
     assert (result.status, result.reason) == (Status.ERROR, "rank 1: ValueError: boom")
-    timeout = Outcome(_outcome().case, {"error": "no result after 5s (case timeout)"}, timeout=True)
-    assert judge(timeout, 1e-5, 1.25).status is Status.TIMEOUT
+    timeout = _failed(_outcome(), error="no result after 5s (case timeout)", timeout=True)
+    assert judge(timeout, _policy(1e-5)).status is Status.TIMEOUT
 
 
 def test_known_issue_turns_error_into_xfail_and_reports_xpass():
     issue = KnownIssue("*/ring*/native/*/*", "no LSE", "https://example.invalid/1", error_contains="return_lse")
-    failing = judge(Outcome(_outcome(layout="ring2").case,
-                            {"error": "ValueError: Native attention does not support return_lse=True"}), 1e-5, 1.25)
+    failing = judge(_failed(_outcome(layout="ring2"), error="ValueError: Native attention does not support "
+                                                        "return_lse=True"), _policy(1e-5))
     assert apply_known_issues(failing, [issue]).status is Status.XFAIL
-    other_error = judge(Outcome(_outcome(layout="ring2").case, {"error": "RuntimeError: other"}), 1e-5, 1.25)
+    other_error = judge(_failed(_outcome(layout="ring2"), error="RuntimeError: other"), _policy(1e-5))
     assert apply_known_issues(other_error, [issue]).status is Status.ERROR
-    passing = apply_known_issues(judge(_outcome(layout="ring2"), 1e-5, 1.25), [issue])
+    passing = apply_known_issues(judge(_outcome(layout="ring2"), _policy(1e-5)), [issue])
     assert passing.status is Status.PASS and "no longer reproduces" in passing.reason
 
 

@@ -1,0 +1,109 @@
+"""The `tensor` kind: one forward of a zoo transformer, compared tensor to tensor.
+
+fp32: max abs error against the fp32 reference within the fp32 tolerance. Low precision: within the dtype's fixed
+tolerance AND the error budget: the mean abs error may exceed that of the single-device run of the same dtype and
+backend by at most `budget_factor`. NaN/Inf never passes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from harness import determinism
+from harness.compare import abs_err_histogram, tensor_metrics
+from harness.dtypes import torch_dtype
+from harness.kinds.base import Built, Kind, Policy
+from harness.records import Case
+from harness.reference import Reference, reference_meta, reference_path, write_reference
+from harness.results import CaseResult, Status
+from harness.zoo import get_spec
+
+
+def run_model(model: torch.nn.Module, inputs: dict) -> torch.Tensor:
+    with torch.no_grad():
+        return model(**inputs, return_dict=False)[0]
+
+
+class TensorKind(Kind):
+    name = "tensor"
+    help = "one forward of the transformer"
+
+    def shapes(self, spec, wanted, weights_dir):
+        names = list(spec.shapes) if "all" in wanted else [name for name in wanted if name in spec.shapes]
+        return [(name, None) for name in names]
+
+    def split_lengths(self, case: Case) -> dict[str, int]:
+        return get_spec(case.model).split_lengths(case.shape)
+
+    def reference_hash(self, case: Case) -> str:
+        return get_spec(case.model).config_hash()
+
+    def capture(self, model, shape, root, force=False, weights_dir=None) -> tuple[Path, bool]:
+        spec = get_spec(model)
+        path = reference_path(root, spec.name, shape)
+        if path.exists() and not force:
+            return path, False
+        determinism.strict_fp32()
+        module = spec.build().to(torch.float32)
+        inputs = spec.inputs(shape)
+        output = run_model(module, inputs)
+        meta = reference_meta(spec.name, shape, self.name, spec.config, spec.config_hash(),
+                              **{"class": spec.class_name, "seed": spec.seed})
+        return path, write_reference(path, module.state_dict(), inputs, output, meta, force=force)
+
+    def build(self, case: Case, reference: Reference, device) -> Built:
+        """The model from the reference's fp32 weights cast once to the case's dtype (never down and back up)."""
+        dtype, spec = torch_dtype(case.dtype), get_spec(case.model)
+        model = spec.model_class()(**reference.meta["config"])
+        model.load_state_dict(reference.weights)
+        model = model.to(device, dtype).eval()
+        # `.clone()`: tensors mapped from the file can sit at unaligned addresses, which moves results by ~1e-7.
+        inputs = {
+            key: value.to(device, dtype if value.is_floating_point() else value.dtype).clone()
+            if isinstance(value, torch.Tensor) else value
+            for key, value in reference.inputs.items()
+        }
+        model.set_attention_backend(case.backend)
+        return Built(model, lambda: run_model(model, inputs), cp_plan=spec.context_parallel_plan(model.config))
+
+    def detach(self, output):
+        return output.float().cpu()
+
+    def measure(self, output, reference, baseline, case, images_dir) -> dict:
+        output = output.float().cpu()
+        metrics = {**tensor_metrics(output, reference.output),
+                   "abs_err_hist": abs_err_histogram(output, reference.output)}
+        if isinstance(baseline, str):
+            metrics["baseline_error"] = baseline
+        else:
+            metrics["baseline"] = tensor_metrics(baseline, reference.output)
+            metrics["vs_baseline_max_abs"] = tensor_metrics(output, baseline)["max_abs_err"]
+        return metrics
+
+    def judge(self, result: CaseResult, metrics: dict, policy: Policy) -> tuple[Status, str]:
+        for key in ("max_abs_err", "mean_abs_err", "max_rel_err", "nonfinite"):
+            setattr(result, key, metrics[key])
+        result.tolerance = policy.tolerance
+        result.extra["abs_err_hist"] = metrics.get("abs_err_hist")
+        # How far the layout is from the single-device run of the same model: kept on FAIL too, where it tells a
+        # changed model (layouts agree, ~1e-7) from a parallel bug.
+        result.extra["vs_baseline_max_abs"] = metrics.get("vs_baseline_max_abs")
+        if result.nonfinite:
+            return Status.FAIL, f"output has {result.nonfinite} non-finite values (NaN/Inf)"
+        if not result.max_abs_err <= result.tolerance:
+            return Status.FAIL, f"max abs err {result.max_abs_err:.3g} > tolerance {result.tolerance:.3g}"
+        if result.dtype == "fp32":
+            return Status.PASS, ""
+        baseline = metrics.get("baseline")
+        if baseline is None:
+            return Status.PASS, (f"no error budget: single-device {result.dtype} run failed "
+                                 f"({metrics.get('baseline_error')})")
+        result.baseline_err = baseline["mean_abs_err"]
+        result.err_ratio = result.mean_abs_err / result.baseline_err if result.baseline_err > 0 else float("inf")
+        if result.err_ratio > policy.budget_factor:
+            return Status.FAIL, (f"error budget: mean abs err {result.mean_abs_err:.3g} is {result.err_ratio:.2f}x "
+                                 f"the single-device {result.dtype} error {result.baseline_err:.3g} "
+                                 f"(budget {policy.budget_factor}x)")
+        return Status.PASS, ""

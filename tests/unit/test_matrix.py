@@ -1,0 +1,147 @@
+"""The text views of a quick-plan-sized run: the terminal fits 120 columns, matrix.md stays a short CI summary that
+still names every failing case, and the brace patterns that summarise case ids are exact."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pandas as pd
+
+from harness import matrix
+from harness.report.idsets import compact, describe
+from harness.results import CaseResult, Status
+
+MODELS = ("flux", "flux2", "qwenimage")
+LAYOUTS = ("single", "ulysses2", "ring2", "ulysses4", "ring4", "ring2xulysses2", "tp2", "tp4")
+BACKENDS = ("native", "_native_math", "_native_flash", "flex")
+LSE = "known issue: native attention has no log-sum-exp (https://github.com/huggingface/diffusers/issues/1)"
+FAILING = {
+    "flux/ring2/_native_flash/fp32/tensor": (Status.FAIL, "max_abs_err 1.2e-02 > tolerance 1e-05"),
+    "qwenimage/ulysses4/flex/bf16/image": (Status.ERROR, "rank 1: RuntimeError: " + "shape mismatch " * 30),
+    "flux2/tp4/native/fp32/tensor": (Status.TIMEOUT, "no result after 120 s; the group was killed"),
+}
+
+
+def _result(model, layout, backend, dtype, kind) -> CaseResult:
+    case_id = f"{model}/{layout}/{backend}/{dtype}/{kind}"
+    world = 1 if layout == "single" else int(re.findall(r"\d+", layout)[0]) * (2 if "x" in layout else 1)
+    result = CaseResult(case_id, model, "default", kind, layout, world, backend, dtype, Status.PASS,
+                        max_abs_err=4.8e-07 if dtype == "fp32" else 7.7e-03, tolerance=1e-05,
+                        ssim=0.99987 if kind == "image" else None, dispatched=f"{backend}:2")
+    if backend == "_native_math" and layout != "single":
+        result.status, result.reason = Status.SKIP, "diffusers does not register backend '_native_math' as CP capable"
+        result.max_abs_err = result.ssim = None
+    elif layout.startswith("ring") and backend == "native":
+        result.status = Status.XFAIL
+        result.reason = f"{LSE}; observed rank {world - 1}: ValueError: Native attention does not support return_lse"
+    elif case_id in FAILING:
+        result.status, result.reason = FAILING[case_id]
+    return result
+
+
+def quick_plan() -> list[CaseResult]:
+    """384 cases shaped like the quick plan, plus the SKIP rows of classes without a harness spec."""
+    results = [_result(*combo) for combo in itertools.product(MODELS, LAYOUTS, BACKENDS, ("fp32", "bf16"),
+                                                              ("tensor", "image"))]
+    for name in ("HunyuanVideo15Transformer3DModel", "SkyReelsV2Transformer3DModel"):
+        results.append(CaseResult(f"{name}/-/-/-/tensor", name, "default", "tensor", "-", 1, "-", "-", Status.SKIP,
+                                  reason=f"not covered: {name} has a parallel plan; no harness spec yet"))
+    return results
+
+
+def test_quick_plan_fixture_is_realistic():
+    results = quick_plan()
+    assert len(results) == 386
+    assert matrix.counts(results) == {"PASS": 261, "FAIL": 1, "ERROR": 1, "SKIP": 86, "TIMEOUT": 1, "XFAIL": 36}
+    assert matrix.counts_line(results) == "261 PASS, 1 FAIL, 1 ERROR, 86 SKIP, 1 TIMEOUT, 36 XFAIL"
+
+
+def test_terminal_fits_120_columns_and_shows_every_case():
+    results = quick_plan()
+    text = matrix.terminal(results)
+    too_wide = [line for line in text.splitlines() if len(line) > 120]
+    assert not too_wide, too_wide[:3]
+    for model in MODELS:  # one block per model, titled with that model's counts (SKIP included)
+        tally = matrix.counts_line([r for r in results if r.model == model])
+        assert f"\n{model}: {tally}\n" in "\n" + text
+    for result in results:  # every case that ran has its cell in its model's block, row and column
+        if result.status is not Status.SKIP:
+            assert _cell_text(text, result) == matrix._cell(result), result.case_id
+    failing = [line for line in text.splitlines() if line.startswith("  ") and line.split()[0] in ("FAIL", "ERROR",
+                                                                                                 "TIMEOUT")]
+    assert sorted(line.split()[1] for line in failing) == sorted(FAILING)
+    assert text.splitlines()[-1] == matrix.counts_line(results)
+
+
+def _cell_text(text: str, result: CaseResult) -> str:
+    """Read one cell back from the terminal grid by its block, row label and column header position."""
+    block = ("\n" + text).split(f"\n{result.model}: ", 1)[1].split("\n\n", 1)[0].splitlines()
+    header = block[1]
+    column = matrix._column(result)
+    start = re.search(rf"(?<=  ){re.escape(column)}(?=  |$)", header).start()
+    row = next(line for line in block[2:] if line.split("  ", 1)[0] == f"{result.layout}/{result.backend}")
+    return row[start:].split("  ", 1)[0].strip()
+
+
+def test_terminal_wraps_columns_and_caps_long_names():
+    results = [
+        CaseResult(f"m/{'tp2+ulysses2' * 4}/{backend}/{dtype}/tensor", "m", shape, "tensor", "tp2+ulysses2" * 4, 4,
+                   backend, dtype, Status.PASS, max_abs_err=1e-7)
+        for backend in ("native", "_native_efficient" * 3)
+        for shape in ("default", "txt7", "odd", "wide", "tall")
+        for dtype in ("fp32", "bf16", "fp16")
+    ]
+    text = matrix.terminal(results)
+    assert max(len(line) for line in text.splitlines()) <= 120
+    assert "(columns 1 of " in text and "(columns 2 of " in text  # 15 columns do not fit side by side
+
+
+def test_markdown_is_short_and_lists_every_failing_case():
+    results = quick_plan()
+    text = matrix.markdown(results, ["diffusers 0.42.1, torch 2.13.0+cpu, cpu", ""])
+    lines = text.splitlines()
+    assert len(lines) <= 40, text  # a CI step summary, not 386 rows; the full grid is index.html's
+    assert max(len(line.split("|")) - 2 for line in lines if line.startswith("|")) <= 8  # columns per table row
+    assert "**261 PASS, 1 FAIL, 1 ERROR, 86 SKIP, 1 TIMEOUT, 36 XFAIL**" in text
+    assert "| flux | 128 | 87 | **1** | 0 | 28 | 0 | 12 |" in text  # one row per model, a column per status
+    for case_id, (status, _reason) in FAILING.items():  # nothing failing is hidden
+        assert re.search(rf"^\| `{re.escape(case_id)}` \| \*\*{status.value}\*\* \| ", text, re.M), case_id
+    xfail = [line for line in lines if LSE.split(" (")[0] in line]
+    assert len(xfail) == 1 and xfail[0].startswith("| 36 | ")  # the 36 XFAIL cases: one row with their count
+    assert xfail[0].endswith("| `{flux,flux2,qwenimage}/{ring2,ring4,ring2xulysses2}/native/{fp32,bf16}/{tensor,image}`"
+                             " (36) |")
+    assert "| 84 | diffusers does not register backend '_native_math' as CP capable |" in text
+    assert "`index.html`" in text and "matrix.csv" in text
+
+
+def test_markdown_escapes_pipes_and_cuts_long_reasons():
+    result = CaseResult("a/ring2/native/fp32/tensor", "a", "default", "tensor", "ring2", 2, "native", "fp32",
+                        Status.ERROR, reason="x | y\n" + "z" * 1000)
+    line = next(line for line in matrix.markdown([result]).splitlines() if line.startswith("| `a/"))
+    assert "x \\| y z" in line and len(line) < 400
+
+
+def test_csv_keeps_its_columns(tmp_path):
+    results = quick_plan()
+    matrix.write_csv(results, tmp_path / "matrix.csv")
+    frame = pd.read_csv(tmp_path / "matrix.csv")
+    assert list(frame.columns) == matrix.CSV_COLUMNS and len(frame) == len(results)
+    assert "kernels" in matrix.CSV_COLUMNS
+
+
+def _expand(pattern: str) -> set[str]:
+    parts = [part[1:-1].split(",") if part.startswith("{") else [part] for part in pattern.split("/")]
+    return {"/".join(combo) for combo in itertools.product(*parts)}
+
+
+def test_brace_patterns_are_exact():
+    ids = [r.case_id for r in quick_plan()]
+    for subset in (ids, ids[::3], ids[5:200:7], [i for i in ids if "ring" in i and "flex" not in i], ids[:1]):
+        pairs = compact(subset)
+        expanded = [_expand(pattern) for pattern, _ in pairs]
+        assert [len(e) for e in expanded] == [count for _, count in pairs]
+        assert set().union(*expanded) == set(subset) and sum(map(len, expanded)) == len(set(subset))
+        assert len(pairs) < len(subset) or len(subset) == 1
+    assert compact(["a/b", "a/c", "odd"]) == [("a/{b,c}", 2), ("odd", 1)]
+    assert describe(ids, limit=60).count("`") == 2 and "and 1 more pattern" in describe(ids, limit=60)

@@ -1,0 +1,110 @@
+"""prune_images: a failing image case keeps its four PNGs, any other case one small shared thumbnail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from harness.report.images import THUMB_BOX, prune_images
+from harness.results import CaseResult, Status
+
+NAMES = ("reference", "candidate", "diff", "ssim_map")
+
+
+def _case(images_dir: Path, status: Status, case_id: str = "flux/ulysses2/native/fp32/image",
+          size: tuple[int, int] = (64, 64), colour: tuple[int, int, int] = (200, 40, 90)) -> CaseResult:
+    """An image case as the worker leaves it: four PNGs named after the case, paths relative to the report."""
+    images_dir.mkdir(parents=True, exist_ok=True)
+    slug = case_id.replace("/", "_")
+    paths = {}
+    for name in NAMES:
+        pixels = np.zeros((size[1], size[0], 3), dtype=np.uint8)
+        pixels[...] = colour if name == "candidate" else (10, 10, 10)
+        pixels[: size[1] // 2, : size[0] // 2] = (255, 255, 255)  # some structure, so resizing has work to do
+        Image.fromarray(pixels).save(images_dir / f"{slug}-{name}.png")
+        paths[name] = f"{images_dir.name}/{slug}-{name}.png"
+    model, layout, backend, dtype, kind = case_id.split("/")
+    return CaseResult(case_id, model, "default", kind, layout, 2, backend, dtype, status, ssim=0.99,
+                      extra={"images": paths, "baseline": {"ssim": 0.99}})
+
+
+def _files(images_dir: Path) -> list[str]:
+    return sorted(path.name for path in images_dir.iterdir())
+
+
+@pytest.mark.parametrize("status", [Status.FAIL, Status.ERROR, Status.TIMEOUT])
+def test_failing_cases_keep_all_four(tmp_path, status):
+    images = tmp_path / "images"
+    case = _case(images, status)
+    before = dict(case.extra["images"])
+    prune_images(case, images, "failing")
+    assert case.extra["images"] == before
+    assert len(_files(images)) == 4
+
+
+@pytest.mark.parametrize("status", [Status.PASS, Status.XFAIL, Status.SKIP])
+def test_other_cases_keep_one_thumbnail(tmp_path, status):
+    images = tmp_path / "images"
+    case = _case(images, status)
+    prune_images(case, images)  # "failing" is the default policy
+    (name,) = _files(images)
+    assert name.startswith("thumb-") and name.endswith(".png")
+    assert case.extra["images"] == {"thumbnail": f"images/{name}"}
+    assert case.extra["baseline"] == {"ssim": 0.99}  # nothing else in extra changes
+    with Image.open(images / name) as thumb:
+        assert thumb.size == (32, 32)
+        assert thumb.getpixel((24, 24))[:3] == (200, 40, 90)  # the candidate's picture, not the reference's
+
+
+def test_identical_pictures_share_one_thumbnail(tmp_path):
+    """fp32 pictures of a correct layout are the same pixels in every layout and backend: one file serves them."""
+    images = tmp_path / "images"
+    first = _case(images, Status.PASS, "flux/ulysses2/native/fp32/image")
+    second = _case(images, Status.PASS, "flux/ring2/native/fp32/image")
+    other = _case(images, Status.PASS, "flux/ring4/native/bf16/image", colour=(30, 200, 30))
+    for case in (first, second, other):
+        prune_images(case, images)
+    assert first.extra["images"] == second.extra["images"] != other.extra["images"]
+    assert len(_files(images)) == 2
+
+
+def test_thumbnail_fits_the_box_and_keeps_the_aspect(tmp_path):
+    images = tmp_path / "images"
+    video = _case(images, Status.PASS, "wan/ring2/native/fp32/image", size=(320, 64))  # 5 frames side by side
+    tiny = _case(images, Status.PASS, "flux/ring2/native/fp32/image", size=(16, 16), colour=(1, 2, 3))
+    prune_images(video, images)
+    prune_images(tiny, images)
+    with Image.open(images / Path(video.extra["images"]["thumbnail"]).name) as thumb:
+        assert thumb.size[0] <= THUMB_BOX[0] and thumb.size[1] <= THUMB_BOX[1]
+        assert abs(thumb.size[0] / thumb.size[1] - 5) < 0.3
+    with Image.open(images / Path(tiny.extra["images"]["thumbnail"]).name) as thumb:
+        assert thumb.size == (16, 16)  # never enlarged
+
+
+def test_policy_all_keeps_everything(tmp_path):
+    images = tmp_path / "images"
+    case = _case(images, Status.PASS)
+    before = dict(case.extra["images"])
+    prune_images(case, images, "all")
+    assert case.extra["images"] == before and len(_files(images)) == 4
+
+
+def test_missing_candidate_or_no_images(tmp_path):
+    images = tmp_path / "images"
+    case = _case(images, Status.PASS)
+    (images / Path(case.extra["images"]["candidate"]).name).unlink()
+    prune_images(case, images)
+    assert "images" not in case.extra and _files(images) == []
+    plain = CaseResult("flux/ring2/native/fp32/tensor", "flux", "default", "tensor", "ring2", 2, "native", "fp32",
+                       Status.PASS, extra={"abs_err_hist": {}})
+    prune_images(plain, images)
+    assert plain.extra == {"abs_err_hist": {}}
+
+
+def test_unknown_policy_is_refused(tmp_path):
+    case = _case(tmp_path / "images", Status.PASS)
+    with pytest.raises(ValueError, match="images policy 'some'"):
+        prune_images(case, tmp_path / "images", "some")
