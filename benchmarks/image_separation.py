@@ -7,7 +7,7 @@ Every rank builds each model's pipeline (fp32 and bf16) and runs it under ulysse
 (_native_flash, CPU shim), both correct and with the `cp_local_attention` fault (`tp_skip_allreduce` for TP
 layouts); rank 0 also runs it single-process (the references) and prints, per model and dtype, SSIM / PSNR / max /
 mean pixel error against the fp32 reference and, for bf16, against the bf16 single-process image, then whether
-`harness.image_metrics.THRESHOLDS` pass every correct run and fail every broken one. Run without torchrun it prints
+the `[tool.harness.image]` limits pass every correct run and fail every broken one. Run without torchrun it prints
 the single-process rows only.
 """
 
@@ -25,9 +25,12 @@ import torch
 import torch.distributed as dist
 
 from harness import backends, cpu, determinism, faults
-from harness.image_metrics import THRESHOLDS, diff_image, image_metrics, scalar_metrics, to_png, violations
+from harness.image_metrics import diff_image, image_metrics, scalar_metrics, to_png, violations
 from harness.layouts import parse_layout
 from harness.pipelines import MODELS, build_pipeline, run_pipeline, transformer_of
+from harness.settings import load_settings
+
+THRESHOLDS = load_settings().image  # the limits the verdict applies ([tool.harness.image] over the defaults)
 
 DEFAULT_LAYOUTS = "ulysses2:native,ring2:_native_flash"
 # The negative control of each kind of layout (see harness/faults.py).
@@ -130,7 +133,7 @@ def print_table(rows: list[dict]) -> None:
 
 
 def print_separation(rows: list[dict]) -> None:
-    """Whether THRESHOLDS pass every correct run and fail every broken one."""
+    """Whether the limits pass every correct run and fail every broken one."""
     measured = [row for row in rows if "error" not in row]
     wrong = [row for row in measured if bool(row["violations"]) != (row["fault"] != "-")]
     print(f"\nthresholds {THRESHOLDS}")

@@ -9,8 +9,6 @@ from collections import Counter
 
 import torch
 
-CPU_BACKENDS = ("native", "_native_math", "_native_flash", "flex")
-
 
 def registry():
     from harness import compat

@@ -59,9 +59,18 @@ class CaseWork:
             dispatched = backends.dispatches()
             # A second, profiled run proves the kernels; it stays out of the timings above.
             executed = kernels.profile_kernels(built.run, scope=built.profile_scope)
-        if hasattr(output, "full_tensor"):
+        placements = None
+        if hasattr(output, "full_tensor"):  # materialised to compare, and reported: diffusers returns plain tensors
+            placements = str(tuple(output.placements))
             output = output.full_tensor()
-        return output, {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched, "kernels": executed}
+        return output, {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched, "kernels": executed,
+                        "output_placements": placements}
+
+    @staticmethod
+    def as_tensor(output) -> torch.Tensor:
+        """Any kind's output (a tensor, a picture) as a contiguous fp32 CPU tensor, to compare ranks."""
+        tensor = output if isinstance(output, torch.Tensor) else torch.as_tensor(output)
+        return tensor.detach().float().cpu().contiguous()
 
     def measure(self, case: Case, output) -> dict:
         """The kind's metrics against the reference and the single-device baseline of the case's dtype."""

@@ -17,6 +17,8 @@ FAULTS = {
     "scaled_softmax": "backends: SDPA runs with a 5% larger softmax scale (subtly wrong numbers)",
     "extra_rounding": "low precision: each rank rounds its output shard to 4 mantissa bits before the gather",
     "rope_sign": "a change to diffusers itself: Flux's RoPE rotates the other way (applies to every run, baseline too)",
+    "rank1_diverges": "context parallel: rank 1's final gather returns a slightly different output than rank 0's",
+    "bf16_few_tokens": "low precision: in bf16 only, one output value comes back 0.02 off after the final gather",
     "hang_rank1": "reliability: rank 1 never reaches the collective the others wait in",
     "raise_rank1": "reliability: rank 1 raises before the forward while the others wait in a collective",
     "kill_rank1": "reliability: rank 1 is killed (SIGKILL) in the middle of the case",
@@ -199,6 +201,51 @@ def _extra_rounding():
     def unshard(cls, tensor, dim, mesh):
         rounded = _round_mantissa(tensor.float(), bits=4).to(tensor.dtype) if tensor.is_floating_point() else tensor
         return original.__func__(cls, rounded, dim, mesh)
+
+    EquipartitionSharder.unshard = classmethod(unshard)
+    try:
+        yield
+    finally:
+        EquipartitionSharder.unshard = original
+
+
+@contextlib.contextmanager
+def _rank1_diverges():
+    # Rank 0's output is right; rank 1 ends with one token off by 1e-2 after the last gather. Comparing rank 0's
+    # output alone cannot see it.
+    import torch.distributed as dist
+    from diffusers.hooks.context_parallel import EquipartitionSharder
+
+    original = EquipartitionSharder.__dict__["unshard"]
+
+    def unshard(cls, tensor, dim, mesh):
+        gathered = original.__func__(cls, tensor, dim, mesh)
+        if dist.get_rank() == 1 and gathered.is_floating_point():
+            gathered = gathered.clone()
+            gathered.view(-1)[0] += 1e-2
+        return gathered
+
+    EquipartitionSharder.unshard = classmethod(unshard)
+    try:
+        yield
+    finally:
+        EquipartitionSharder.unshard = original
+
+
+@contextlib.contextmanager
+def _bf16_few_tokens():
+    # A wrong value in bf16 only: the mean error hardly moves (the mean budget passes), the fixed 0.15 tolerance
+    # passes; only the max against the single-device bf16 max can see it.
+    from diffusers.hooks.context_parallel import EquipartitionSharder
+
+    original = EquipartitionSharder.__dict__["unshard"]
+
+    def unshard(cls, tensor, dim, mesh):
+        gathered = original.__func__(cls, tensor, dim, mesh)
+        if gathered.dtype == torch.bfloat16:
+            gathered = gathered.clone()
+            gathered.view(-1)[0] += 0.02
+        return gathered
 
     EquipartitionSharder.unshard = classmethod(unshard)
     try:

@@ -16,19 +16,6 @@ import numpy as np
 DEFAULT_WIN = 7
 MIN_WIN = 3  # skimage needs an odd window; with 1 pixel the sample variance divides by zero
 
-# Proposed limits per dtype for the tiny pipelines of `harness.pipelines` (64x64, 2 steps), from
-# benchmarks/image_separation.py: correct layouts (ulysses, ring, ring x ulysses at 2 and 4 ranks, tp2) measure
-# fp32 SSIM 1 - 1e-12, PSNR >= 134 dB, max <= 1.4e-6; bf16 (vs the fp32 reference and vs the bf16 single-process
-# image) SSIM >= 0.9991, PSNR >= 46.5 dB, max <= 0.039; fp16 (CPU, single) PSNR >= 66 dB, max <= 0.003. The
-# broken layouts (cp_local_attention, tp_skip_allreduce) measure SSIM <= 0.86, PSNR <= 25.3 dB, max >= 0.27 in
-# every dtype (SSIM <= 0.921, PSNR <= 29.9 dB over 8 latent seeds). Each limit sits between the two, in ratio terms.
-THRESHOLDS = {
-    "fp32": {"ssim_min": 0.9999, "psnr_min": 60.0, "max_abs_err_max": 5e-3},
-    "bf16": {"ssim_min": 0.99, "psnr_min": 38.0, "max_abs_err_max": 0.10},
-    "fp16": {"ssim_min": 0.999, "psnr_min": 45.0, "max_abs_err_max": 0.03},
-}
-
-
 def win_size(height: int, width: int, default: int = DEFAULT_WIN) -> int:
     """The largest odd SSIM window <= `default` that fits the picture, so 8x8 or 5x5 images still get an SSIM."""
     size = min(default, height, width)
@@ -95,7 +82,7 @@ def _frame_metrics(candidate: np.ndarray, reference: np.ndarray, win: int) -> di
 
 
 def violations(metrics: dict, limits: dict) -> list[str]:
-    """Which limits (`ssim_min`, `psnr_min`, `max_abs_err_max`, as in THRESHOLDS) the metrics break, in words."""
+    """Which limits (`ssim_min`, `psnr_min`, `max_abs_err_max`: the `image` option) the metrics break, in words."""
     broken = []
     if not metrics["ssim"] >= limits["ssim_min"]:
         broken.append(f"ssim {metrics['ssim']:.5f} < {limits['ssim_min']}")

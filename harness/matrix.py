@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.records import Case
 from harness.report.idsets import describe
 from harness.results import CaseResult, Status
 
@@ -58,6 +59,8 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+_DEFAULT_KIND = Case.__dataclass_fields__["kind"].default  # the kind a column leaves unsaid
+
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
@@ -67,11 +70,15 @@ def _clip(text: str, width: int) -> str:
 
 def _cell(result: CaseResult) -> str:
     label = result.status.value
-    if result.kind == "image" and result.ssim is not None:
-        label += f" ssim {result.ssim:.4f}"
-    elif result.status in (Status.PASS, Status.FAIL, Status.XFAIL) and result.max_abs_err is not None:
-        label += f" {result.max_abs_err:.1e}"
+    if result.status in (Status.PASS, Status.FAIL, Status.XFAIL):
+        label += _kind(result).cell(result)
     return _clip(label, _CELL_MAX)
+
+
+def _kind(result: CaseResult):
+    from harness.kinds import KINDS, Kind
+
+    return KINDS.get(result.kind, Kind())
 
 
 def _column(result: CaseResult) -> str:
@@ -79,7 +86,7 @@ def _column(result: CaseResult) -> str:
     keeps a negative control's `+fault`, so two cases never share a cell)."""
     shape = "" if result.shape == "default" else f"@{result.shape} "
     kind = result.case_id.rsplit("/", 1)[-1]
-    return _clip(f"{shape}{result.dtype}" + ("" if kind == "tensor" else f" {kind}"), _CELL_MAX)
+    return _clip(f"{shape}{result.dtype}" + ("" if kind == _DEFAULT_KIND else f" {kind}"), _CELL_MAX)
 
 
 def _row(result: CaseResult) -> str:

@@ -88,6 +88,8 @@ class CaseRecord:
     seconds_per_rank: list[float | None] = field(default_factory=list)
     dispatched: dict[str, int] = field(default_factory=dict)
     kernels: dict[str, int] | None = None  # None: not profiled
+    output_placements: str | None = None  # the output was a DTensor with these placements (diffusers returns plain)
+    rank_max_diff: list[float | None] = field(default_factory=list)  # each rank's output vs rank 0's (None: shape)
     metrics: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -20,6 +20,7 @@ from harness.plan import PlannedCase, build_plan, uncovered_rows
 from harness.records import GroupSpec, Outcome
 from harness.reference import reference_path
 from harness.report import render_html
+from harness.report.images import prune_images
 from harness.results import CaseResult, Status, write_results
 from harness.settings import Settings
 from harness.verdict import apply_expected_refusal, apply_known_issues, judge, skipped
@@ -78,9 +79,11 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
     with open(report_dir / PARTIAL, "a") as partial:
         def on_outcome(outcome: Outcome) -> None:
             dtype = outcome.case.dtype
-            policy = Policy(settings.tolerance(dtype), settings.budget_factor, settings.image_limit(dtype))
+            policy = Policy(settings.tolerance_for(dtype), settings.budget_factor, settings.image_limit(dtype),
+                            settings.budget_max_factor)
             result = judge(outcome, policy)
             result = apply_known_issues(apply_expected_refusal(result, refusals.get(result.case_id)), issues)
+            prune_images(result, report_dir / "images", settings.images)
             done[result.case_id] = result
             partial.write(json.dumps(result.to_dict()) + "\n")
             partial.flush()
@@ -161,7 +164,7 @@ def _header(settings, versions, results, started, wall_s, launches) -> dict:
         **versions,
         "counts": matrix.counts(results),
         "settings": {key: value for key, value in settings.values.items()},
-        "tolerances": settings.tolerances,
+        "tolerances": settings.tolerance,
         "world_sizes": sorted({r.world_size for r in results}),
         "started": started,
         "wall_s": round(wall_s, 2),

@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 
 from harness import runner
 from harness.layouts import parse_layout
-from harness.plan import Case, PlannedCase, max_ranks, skip_reason
+from harness.plan import PlannedCase, max_ranks, skip_reason
+from harness.records import Case, case_id
 from harness.results import Status
 from harness.settings import Settings
 
@@ -28,11 +29,11 @@ class Control:
 
     @property
     def clean_id(self) -> str:
-        return f"{self.model}/{self.layout}/{self.backend}/{self.dtype}/{self.kind}"
+        return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind)
 
     @property
     def name(self) -> str:
-        return f"{self.clean_id}+{self.fault}"
+        return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind, self.fault)
 
 
 CONTROLS = [
@@ -47,6 +48,8 @@ CONTROLS = [
     Control("flux", "tp2", "_native_math", "fp32", "math_runs_flash", "but kernel(s) aten::_scaled_dot_product_flash"),
     Control("flux", "single", "native", "fp32", "scaled_softmax", "> tolerance"),
     Control("flux", "tp2", "native", "fp32", "rope_sign", "> tolerance"),  # diffusers changed: layouts still agree
+    Control("flux", "ulysses2", "native", "fp32", "rank1_diverges", "rank 1's output differs from rank 0's"),
+    Control("flux", "ulysses2", "native", "bf16", "bf16_few_tokens", "error budget: max abs err"),
     Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "vs fp32 reference: ssim", "image"),
     Control("flux", "ulysses2", "native", "bf16", "cp_local_attention", "vs single-device bf16: ssim", "image"),
     Control("qwenimage", "tp2", "native", "fp32", "tp_skip_allreduce", "vs fp32 reference: ssim", "image"),

@@ -34,11 +34,34 @@ def judge(outcome: Outcome, policy: Policy) -> CaseResult:
             result.extra["traceback"] = record.traceback
         return result
     result.status, result.reason = kind_of(outcome.case.kind).judge(result, record.metrics, policy)
+    if result.status is Status.ERROR:  # the kind could not judge it (a failed baseline): nothing to add
+        return result
+    integrity = _integrity_failure(result, record)
+    if integrity is not None:  # what rank 0's numbers cannot show: other ranks' outputs, the output's type
+        numbers = f"; rank 0: {result.reason or 'within tolerance'}"
+        result.status, result.reason = Status.FAIL, integrity + numbers
     proof = _proof_failure(outcome.case.backend, record)
     if proof is not None:  # a wrong backend fails even when its numbers happen to agree
         numbers = f"; numbers: {result.reason or 'within tolerance'}"
         result.status, result.reason = Status.FAIL, proof + numbers
     return result
+
+
+def _integrity_failure(result: CaseResult, record) -> str | None:
+    """A rank whose output differs from rank 0's by more than the case's tolerance, or an output that is still a
+    DTensor (a Shard or Partial placement diffusers should have gathered or reduced; `full_tensor()` would repair
+    it silently)."""
+    if record.rank_max_diff:
+        result.extra["rank_max_diff"] = record.rank_max_diff
+    if record.output_placements is not None:
+        result.extra["output_placements"] = record.output_placements
+        return f"the model returned a DTensor {record.output_placements} where diffusers returns a plain tensor"
+    for rank, difference in enumerate(record.rank_max_diff):
+        if difference is None:
+            return f"rank {rank}'s output has another shape than rank 0's"
+        if not difference <= (result.tolerance or 0.0):
+            return f"rank {rank}'s output differs from rank 0's by {difference:.3g} (tolerance {result.tolerance:.3g})"
+    return None
 
 
 def _proof_failure(backend: str, record) -> str | None:

@@ -48,11 +48,31 @@ class Worker:
                 backends.reset_active_backend()
             gathered = [None] * self.world_size
             seconds = info["seconds"] if info else None
+            shape = tuple(self.work.as_tensor(output).shape) if error is None else None
             dist.all_gather_object(gathered, {"error": error, "peak_mem_mb": self.work.peak_memory_mb(),
-                                              "seconds": seconds})
+                                              "seconds": seconds, "shape": shape})
+            differences = self.rank_differences(output, gathered)
             if self.rank == 0:
-                self.report(self.record(case, output, info, gathered))
+                record = self.record(case, output, info, gathered)
+                record.rank_max_diff = differences
+                self.report(record)
             del output
+
+    def rank_differences(self, output, gathered: list[dict]) -> list[float | None]:
+        """Every rank's output against rank 0's (max abs difference; None for a different shape). In diffusers every
+        rank ends with the whole output, so a rank that disagrees is a bug that comparing rank 0 alone would miss."""
+        if any(g["error"] is not None for g in gathered):
+            return []
+        shapes = [g["shape"] for g in gathered]
+        if any(shape != shapes[0] for shape in shapes):
+            return [0.0 if shape == shapes[0] else None for shape in shapes]
+        mine = self.work.as_tensor(output)
+        theirs = mine.clone()
+        dist.broadcast(theirs, src=0)
+        difference = float((mine - theirs).abs().max()) if mine.numel() else 0.0
+        found = [None] * self.world_size
+        dist.all_gather_object(found, difference)
+        return found
 
     def record(self, case: Case, output, info: dict | None, gathered: list[dict]) -> CaseRecord:
         """Rank 0's record of the case: the first rank's error (None as the rank when every rank failed alike,
@@ -70,7 +90,8 @@ class Worker:
         return CaseRecord(case.case_id, seconds=info["seconds"], forward_s=info["forward_s"],
                           peak_mem_mb=max(per_rank), peak_mem_mb_per_rank=per_rank,
                           seconds_per_rank=[g["seconds"] and round(g["seconds"], 4) for g in gathered],
-                          dispatched=info["dispatched"], kernels=info["kernels"], metrics=metrics)
+                          dispatched=info["dispatched"], kernels=info["kernels"],
+                          output_placements=info["output_placements"], metrics=metrics)
 
     def report(self, record: CaseRecord) -> None:
         self.emit("result", **record.to_dict())

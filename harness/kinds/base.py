@@ -29,6 +29,7 @@ class Policy:
     tolerance: float
     budget_factor: float
     image_limits: dict[str, float]
+    budget_max_factor: float = 1.5
 
 
 class Kind:

@@ -119,6 +119,9 @@ class ImageKind(Kind):
         result.extra.update({key: metrics[key] for key in ("images", "baseline", "vs_baseline") if key in metrics})
         if result.nonfinite:
             return Status.FAIL, f"image has {result.nonfinite} non-finite values (NaN/Inf)"
+        if "baseline_error" in metrics:  # low precision is judged against its own single-device picture too
+            return Status.ERROR, (f"cannot judge: the single-device {result.dtype} picture failed "
+                                  f"({metrics['baseline_error']})")
         broken = [f"vs fp32 reference: {text}" for text in violations(metrics, limits)]
         if "vs_baseline" in metrics:
             result.baseline_err = metrics["baseline"]["mean_abs_err"]

@@ -97,13 +97,21 @@ class TensorKind(Kind):
         if result.dtype == "fp32":
             return Status.PASS, ""
         baseline = metrics.get("baseline")
-        if baseline is None:
-            return Status.PASS, (f"no error budget: single-device {result.dtype} run failed "
-                                 f"({metrics.get('baseline_error')})")
+        if baseline is None:  # the budget is what separates a broken bf16 layout: without it there is no verdict
+            return Status.ERROR, (f"cannot judge: the single-device {result.dtype} run failed "
+                                  f"({metrics.get('baseline_error')}), so there is no error budget")
         result.baseline_err = baseline["mean_abs_err"]
+        result.extra["baseline_max_abs_err"] = baseline["max_abs_err"]
         result.err_ratio = result.mean_abs_err / result.baseline_err if result.baseline_err > 0 else float("inf")
         if result.err_ratio > policy.budget_factor:
             return Status.FAIL, (f"error budget: mean abs err {result.mean_abs_err:.3g} is {result.err_ratio:.2f}x "
                                  f"the single-device {result.dtype} error {result.baseline_err:.3g} "
                                  f"(budget {policy.budget_factor}x)")
+        # A few wrong values hardly move the mean: the max answers to the dtype's own max too.
+        max_ratio = result.max_abs_err / baseline["max_abs_err"] if baseline["max_abs_err"] > 0 else float("inf")
+        result.extra["max_err_ratio"] = max_ratio
+        if max_ratio > policy.budget_max_factor:
+            return Status.FAIL, (f"error budget: max abs err {result.max_abs_err:.3g} is {max_ratio:.2f}x the "
+                                 f"single-device {result.dtype} max {baseline['max_abs_err']:.3g} "
+                                 f"(budget {policy.budget_max_factor}x)")
         return Status.PASS, ""

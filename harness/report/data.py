@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.results import Status
 
-STATUSES = ("PASS", "FAIL", "ERROR", "TIMEOUT", "SKIP", "XFAIL")
-BAD = frozenset({"FAIL", "ERROR", "TIMEOUT"})
+STATUSES = tuple(status.value for status in Status)
+BAD = frozenset(status.value for status in Status if status.is_bad)
 OBSERVED = "; observed "  # harness.verdict writes an XFAIL's reason as "<known issue or refusal>; observed <error>"
 FILTER_KEYS = ("status", "model", "layout", "backend", "dtype")
 
@@ -127,7 +128,7 @@ def issue_of(case: dict[str, Any]) -> str:
 def key_number(case: dict[str, Any]) -> str:
     """The one number a matrix cell shows: SSIM for image cases, otherwise the max abs error."""
     ssim = number(case["extra"].get("ssim"))
-    if case["kind"] != "tensor" and ssim is not None:
+    if ssim is not None:  # only picture kinds measure one
         return f"SSIM {ssim:.4f}"
     return short(case.get("max_abs_err"))
 

@@ -13,8 +13,9 @@ import io
 from pathlib import Path, PurePosixPath
 
 from harness.results import CaseResult
+from harness.settings import OPTIONS
 
-POLICIES = ("failing", "all")
+POLICIES = OPTIONS["images"].choices
 THUMB_BOX = (96, 32)  # most width, height of a thumbnail: a 64x64 picture -> 32x32, a 5-frame strip -> 96x19
 
 

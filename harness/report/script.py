@@ -8,6 +8,7 @@ full, plain) so numbers read the same as in the server-rendered rows.
 
 import json
 
+from harness.report.data import BAD
 from harness.report.embed import FIELDS, SPELLED, STRINGS
 
 _SCRIPT = r"""
@@ -20,7 +21,7 @@ _SCRIPT = r"""
   if (!dataEl || !form) { return; }
   var FIELDS = __FIELDS__, STRINGS = __STRINGS__, SPELLED = __SPELLED__;
   var KEYS = ["status", "model", "layout", "backend", "dtype"];
-  var BAD = {FAIL: true, ERROR: true, TIMEOUT: true};
+  var BAD = __BAD__;
   var DASH = "\u2014", TIMES = "\u00d7";
   var SHOWN_EXTRA = {images: 1, abs_err_hist: 1, traceback: 1, ssim: 1, psnr: 1, peak_mem_mb_per_rank: 1};
   var IMAGE_ORDER = ["reference", "candidate", "thumbnail", "diff", "ssim_map"];
@@ -123,7 +124,7 @@ _SCRIPT = r"""
   }
   function keyNumber(c) {
     var ssim = num(c.ssim !== null && c.ssim !== undefined ? c.ssim : (c.extra ? extraOf(c).ssim : null));
-    if (c.kind !== "tensor" && ssim !== null) { return "SSIM " + ssim.toFixed(4); }
+    if (ssim !== null) { return "SSIM " + ssim.toFixed(4); }
     return short(c.max_abs_err);
   }
   var ESC = {"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#x27;"};
@@ -524,7 +525,8 @@ _SCRIPT = r"""
 
 JS = (_SCRIPT.replace("__FIELDS__", json.dumps(list(FIELDS)))
       .replace("__STRINGS__", json.dumps(sorted(STRINGS)))
-      .replace("__SPELLED__", str(SPELLED)))
+      .replace("__SPELLED__", str(SPELLED))
+      .replace("__BAD__", json.dumps(dict.fromkeys(sorted(BAD), True))))
 
 # compare.html: draws a group's rows (status changes of one transition, or the cases in one run only) when it is
 # first opened, from the lists embedded by compare_page.py.

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from harness.report.data import STATUSES, issue_of, key_number, shown_status
+from harness.report.data import BAD, STATUSES, issue_of, key_number, shown_status
 from harness.report.detail import badge
 from harness.report.idsets import compact
 
-ATTENTION = ("FAIL", "ERROR", "TIMEOUT", "XPASS")
+ATTENTION = (*(status for status in STATUSES if status in BAD), "XPASS")
 PATTERN_CHARS = 1200  # past this many characters of id patterns a group says how many more there are
 
 

@@ -9,7 +9,6 @@ import pytest
 from PIL import Image
 
 from harness.image_metrics import (
-    THRESHOLDS,
     diff_image,
     image_metrics,
     scalar_metrics,
@@ -103,6 +102,18 @@ def test_bad_shapes_and_references_are_refused():
     reference[0, 0, 0] = np.nan
     with pytest.raises(ValueError, match="reference"):
         image_metrics(image, reference)
+
+
+def _limits():
+    """The limits the verdict applies: this repository's `[tool.harness.image]` over the option's defaults."""
+    from pathlib import Path
+
+    from harness.settings import load_settings
+
+    return load_settings(start=Path(__file__).resolve().parents[2]).image
+
+
+THRESHOLDS = _limits()
 
 
 @pytest.mark.parametrize("dtype", sorted(THRESHOLDS))

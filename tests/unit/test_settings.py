@@ -26,8 +26,8 @@ def test_lists_from_command_line_and_tolerances_from_pyproject(project):
     settings = load_settings({"models": "flux, qwenimage"})
     assert settings.models == ["flux", "qwenimage"]
     assert settings.layouts == ["tp2"]
-    assert settings.tolerance("fp32") == 2e-6
-    assert settings.tolerance("bf16") == 0.15
+    assert settings.tolerance_for("fp32") == 2e-6
+    assert settings.tolerance_for("bf16") == 0.15
 
 
 def test_unknown_key_is_named(project):
