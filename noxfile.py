@@ -41,7 +41,8 @@ def parity(session: nox.Session) -> None:
     session.run("harness", "run", *session.posargs)
 
 
-# Every diffusers release with context parallelism that the harness is checked on (harness/compat.py has the minimum).
+# Every diffusers release with context parallelism that the harness is checked on (harness/core/compat.py has the
+# minimum).
 RELEASES = ["0.36.0", "0.38.0", "0.40.0", "0.42.1"]
 # The silent wrong results each release gives on the quick plan (globs over case ids), traced in the README
 # ("Older diffusers releases"). They stay FAIL in the matrix: finding them is what the harness is for. `nox -s compat`

@@ -6,7 +6,7 @@ It renders index.html, prints its size, and loads it in headless Chromium severa
 `performance.now()` on <html data-ready-ms> once the page is interactive, read back with `--dump-dom`. It also
 estimates the images folder: the committed reference PNGs stand in for candidates (bf16/fp16 ones with a little
 noise, as their pictures differ slightly), written four per case as the worker does, then pruned as
-`harness.report.images.prune_images` does after each case. Usage:
+`harness.run.report.images.prune_images` does after each case. Usage:
 
     python benchmarks/bench_report.py [--runs 5] [--keep DIR] [--failing N]
 
@@ -30,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.report import render_html  # noqa: E402
-from harness.report.images import prune_images  # noqa: E402
-from harness.results import CaseResult, Status  # noqa: E402
+from harness.core.results import CaseResult, Status  # noqa: E402
+from harness.run.report import render_html  # noqa: E402
+from harness.run.report.images import prune_images  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -138,9 +138,9 @@ def known_issue(case: CaseResult) -> str | None:
 
 def traceback(case: CaseResult, error: str) -> str:
     """A worker traceback of the usual length (35 frames), the same for a model and an error across its cases."""
-    frames = [("harness/worker.py", 166, "run", "output, info = self.run_case(case)"),
-              ("harness/worker.py", 99, "run_case", "output = forward()"),
-              ("harness/capture.py", 18, "run_model", "return model(**inputs, return_dict=False)[0]")]
+    frames = [("harness/rank/worker.py", 166, "run", "output, info = self.run_case(case)"),
+              ("harness/rank/worker.py", 99, "run_case", "output = forward()"),
+              ("harness/run/capture.py", 18, "run_model", "return model(**inputs, return_dict=False)[0]")]
     frames += [(f"diffusers/models/transformers/transformer_{case.model}.py", 200 + 7 * i, f"forward_{i}",
                 f"hidden_states = block(hidden_states, encoder_hidden_states, temb, rotary_emb_{i})")
                for i in range(14)]

@@ -7,9 +7,9 @@ import signal
 import sys
 from pathlib import Path
 
-from harness.errors import HarnessError
-from harness.faults import FAULTS
-from harness.settings import OPTIONS, RUN_OPTIONS, load_settings, split_list
+from harness.core.errors import HarnessError
+from harness.rank.faults import FAULTS
+from harness.run.settings import OPTIONS, RUN_OPTIONS, load_settings, split_list
 
 
 def add_options(parser: argparse.ArgumentParser, names) -> None:
@@ -97,7 +97,7 @@ def _settings(args):
 
 
 def cmd_capture(args) -> int:
-    from harness.capture import capture_all
+    from harness.run.capture import capture_all
 
     settings = _settings(args)
     shapes = split_list(args.shapes) if args.shapes else None
@@ -107,7 +107,7 @@ def cmd_capture(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from harness import runner
+    from harness.run import runner
 
     settings = _settings(args)
     summary = runner.run(settings, runner.plan_from(settings, args.inject_fault), resume=args.resume)
@@ -115,17 +115,17 @@ def cmd_run(args) -> int:
 
 
 def cmd_selftest(args) -> int:
-    from harness.selftest import selftest
+    from harness.run.selftest import selftest
 
     return selftest(_settings(args))
 
 
 def cmd_report(args) -> int:
     """Re-render index.html; or compare two runs: Markdown, then one summary line that names the page written.
-    Exit 1 when a case newly fails (a CI gate; see harness.report.compare), 2 when a results.json is missing."""
+    Exit 1 when a case newly fails (a CI gate; see harness.run.report.compare), 2 when a results.json is missing."""
     import os
 
-    from harness.report import changed_markdown, compare_runs, render_html
+    from harness.run.report import changed_markdown, compare_runs, render_html
 
     if args.compare is None:
         print(f"wrote {render_html(_settings(args).path('report_dir'))}")
@@ -144,7 +144,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_backends(args) -> int:
-    from harness import backends, determinism
+    from harness.core import determinism
+    from harness.rank import backends
 
     determinism.quiet_diffusers()
     rows = backends.backend_table()
@@ -159,9 +160,9 @@ def cmd_backends(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from harness import determinism
-    from harness.zoo import NOT_COVERED, SPECS
-    from harness.zoo.discover import import_failures, parallel_classes
+    from harness.catalogue.zoo import NOT_COVERED, SPECS
+    from harness.catalogue.zoo.discover import import_failures, parallel_classes
+    from harness.core import determinism
 
     determinism.quiet_diffusers()
     rows = parallel_classes()
@@ -177,7 +178,7 @@ def cmd_models(args) -> int:
     print(f"\n{covered} of {len(rows)} classes with a parallel plan have a spec")
     if not args.check:
         return 0
-    from harness import plan_checks  # --check: each plan against its module trees; exit 1 on an error finding
+    from harness.run import plan_checks  # --check: each plan against its module trees; exit 1 on an error finding
 
     findings, trees = plan_checks.check_all()
     print("\n" + plan_checks.format_table(findings))

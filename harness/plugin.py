@@ -9,7 +9,7 @@ import pytest
 
 
 def pytest_addoption(parser):
-    from harness.settings import OPTIONS, RUN_OPTIONS
+    from harness.run.settings import OPTIONS, RUN_OPTIONS
 
     group = parser.getgroup("harness", "diffusers parity harness")
     group.addoption("--ref", action="store_true", help="Capture missing fp32 references instead of comparing.")
@@ -30,7 +30,7 @@ def pytest_configure(config):
 
 
 def settings_from(config):
-    from harness.settings import RUN_OPTIONS, load_settings
+    from harness.run.settings import RUN_OPTIONS, load_settings
 
     overrides = {name: config.getoption(f"harness_{name}") for name in RUN_OPTIONS}
     return load_settings(overrides, start=config.rootpath)
@@ -38,14 +38,14 @@ def settings_from(config):
 
 def pytest_generate_tests(metafunc):
     if "parity_case" in metafunc.fixturenames:
-        from harness.runner import plan_from
+        from harness.run.runner import plan_from
 
         plan = [] if metafunc.config.getoption("ref") else plan_from(settings_from(metafunc.config))
         metafunc.parametrize("parity_case", plan, ids=[p.case.case_id for p in plan])
     if "reference_target" in metafunc.fixturenames:
         targets = []
         if metafunc.config.getoption("ref"):
-            from harness.capture import reference_targets
+            from harness.run.capture import reference_targets
 
             settings = settings_from(metafunc.config)
             targets = reference_targets(settings.models, settings.kinds, weights_dir=settings.weights)
@@ -72,8 +72,8 @@ def pytest_collection_finish(session):
 @pytest.fixture(scope="session")
 def parity_results(request):
     """Runs every selected parity case once, in as few torchrun launches as the plan allows."""
-    from harness import runner
-    from harness.errors import HarnessError
+    from harness.core.errors import HarnessError
+    from harness.run import runner
 
     config = request.config
     capture = config.pluginmanager.getplugin("capturemanager")
@@ -98,7 +98,7 @@ def captured_reference(request, reference_target):
 
 def check_reference(captured) -> None:
     """`pytest --ref`: the reference just captured (or kept) reads back whole, with a finite output."""
-    from harness.reference import read_reference
+    from harness.core.reference import read_reference
 
     path, _written = captured
     assert read_reference(path).output.isfinite().all(), f"{path}: the captured fp32 output is not finite"
@@ -107,8 +107,8 @@ def check_reference(captured) -> None:
 def check_parity(planned, results) -> None:
     """The pytest outcome of one parity case: SKIP and XFAIL as pytest's own, FAIL/ERROR/TIMEOUT as a failure
     that says what broke and how to rerun the case alone, PASS as a pass."""
-    from harness.errors import HarnessError
-    from harness.results import Status
+    from harness.core.errors import HarnessError
+    from harness.core.results import Status
 
     if planned.skip_reason:
         pytest.skip(planned.skip_reason)

@@ -38,8 +38,8 @@ def project(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def zoo_references(tmp_path_factory):
     """fp32 references of the tiny zoo captured once per session into a scratch folder (milliseconds per model)."""
-    from harness.capture import capture_all
-    from harness.zoo import SPECS
+    from harness.catalogue.zoo import SPECS
+    from harness.run.capture import capture_all
 
     root = tmp_path_factory.mktemp("references")
     capture_all(list(SPECS), root, kinds=["tensor"], shapes=["default"], echo=lambda _: None)
@@ -49,7 +49,7 @@ def zoo_references(tmp_path_factory):
 @pytest.fixture
 def settings_for(project, zoo_references):
     """Settings of a scratch project that uses the session's references; keyword arguments override options."""
-    from harness.settings import load_settings
+    from harness.run.settings import load_settings
 
     def make(**overrides):
         overrides = {"references": str(zoo_references), "known_issues": str(project / "known.toml"), **overrides}

@@ -5,7 +5,7 @@ Callers look a kind up once (`kind_of(case.kind)`) and call it; adding a kind is
 
 from __future__ import annotations
 
-from harness.errors import HarnessError
+from harness.core.errors import HarnessError
 from harness.kinds.base import Built, Kind, Policy
 from harness.kinds.image import ImageKind
 from harness.kinds.tensor import TensorKind

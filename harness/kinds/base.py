@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.records import Case
-from harness.reference import Reference
-from harness.results import CaseResult, Status
+from harness.core.records import Case
+from harness.core.reference import Reference
+from harness.core.results import CaseResult, Status
 
 
 @dataclass

@@ -12,16 +12,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from harness import determinism
-from harness.image_metrics import diff_image, image_metrics, scalar_metrics, to_png, violations
+from harness.core import determinism
+from harness.core.records import Case
+from harness.core.reference import Reference, reference_meta, reference_path, write_reference
+from harness.core.results import CaseResult, Status
 from harness.kinds.base import Built, Kind, Policy
-from harness.records import Case
-from harness.reference import Reference, reference_meta, reference_path, write_reference
-from harness.results import CaseResult, Status
+from harness.rank.image_metrics import diff_image, image_metrics, scalar_metrics, to_png, violations
 
 
 def has_pipeline(model: str) -> bool:
-    from harness.pipelines import RECIPES
+    from harness.catalogue.pipelines import RECIPES
 
     return model in RECIPES
 
@@ -37,7 +37,7 @@ def slug(case_id: str) -> str:
 
 def build_pipe(model: str, dtype: str, device, reference: Reference | None = None, weights_dir=None):
     """The pipeline of a case: the reference's weights (tiny zoo) or the local checkpoint, cast once."""
-    from harness import pipelines
+    from harness.catalogue import pipelines
 
     if weights_dir is not None:
         return pipelines.load_pipeline(model, weights_dir, dtype, device)
@@ -45,7 +45,7 @@ def build_pipe(model: str, dtype: str, device, reference: Reference | None = Non
 
 
 def run_pipe(pipe, model: str) -> np.ndarray:
-    from harness.pipelines import run_pipeline
+    from harness.catalogue.pipelines import run_pipeline
 
     return run_pipeline(pipe, model)
 
@@ -72,7 +72,7 @@ class ImageKind(Kind):
     def capture(self, model, shape, root, force=False, weights_dir=None) -> tuple[Path, bool]:
         """The fp32 single-device picture, stored with the pipeline's weights (not a real checkpoint's: those stay
         in their folder) as safetensors, and as a PNG beside it for people."""
-        from harness.pipelines import pipeline_weights
+        from harness.catalogue.pipelines import pipeline_weights
 
         path = reference_path(root, model, shape, kind=self.name)
         if path.exists() and not force:
@@ -134,7 +134,7 @@ class ImageKind(Kind):
 
 
 def _config_hash(model: str, weights_dir=None) -> str:
-    from harness.pipelines import recipe
+    from harness.catalogue.pipelines import recipe
 
     return recipe(model).config_hash() if weights_dir is None else f"weights:{Path(weights_dir).resolve()}"
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import torch
 
-from harness import determinism
-from harness.compare import abs_err_histogram, tensor_metrics
-from harness.dtypes import torch_dtype
+from harness.catalogue.zoo import get_spec
+from harness.core import determinism
+from harness.core.dtypes import torch_dtype
+from harness.core.records import Case
+from harness.core.reference import Reference, reference_meta, reference_path, write_reference
+from harness.core.results import CaseResult, Status
 from harness.kinds.base import Built, Kind, Policy
-from harness.records import Case
-from harness.reference import Reference, reference_meta, reference_path, write_reference
-from harness.results import CaseResult, Status
-from harness.zoo import get_spec
+from harness.rank.compare import abs_err_histogram, tensor_metrics
 
 
 def run_model(model: torch.nn.Module, inputs: dict) -> torch.Tensor:

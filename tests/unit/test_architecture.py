@@ -31,7 +31,9 @@ def _imports(path: Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("harness"):
-            found |= {f"{node.module}.{alias.name}" for alias in node.names} | {node.module}
+            # `from harness.rank import backends` imports the module harness.rank.backends (resolved below to the
+            # longest existing module); `from harness.rank.plan import Case` imports from harness.rank.plan
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
         elif isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names if alias.name.startswith("harness")}
     return found

@@ -4,8 +4,8 @@
 import pytest
 import torch
 
-from harness import backends
-from harness.kernels import FLASH_CPU, MATH, dispatch_mismatch, kernel_mismatch
+from harness.rank import backends
+from harness.rank.kernels import FLASH_CPU, MATH, dispatch_mismatch, kernel_mismatch
 
 
 def test_dispatch_must_be_the_requested_backend_only():

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from harness.compare import tensor_metrics
+from harness.rank.compare import tensor_metrics
 
 
 def test_metrics_of_a_known_difference():

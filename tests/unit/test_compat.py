@@ -6,9 +6,9 @@ import pytest
 import torch
 from packaging.version import Version
 
-from harness import compat
-from harness.errors import HarnessError
-from harness.layouts import parse_layout
+from harness.core import compat
+from harness.core.errors import HarnessError
+from harness.core.layouts import parse_layout
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ def test_an_unknown_feature_is_an_error():
     ],
 )
 def test_a_missing_feature_is_a_plan_time_skip(lacking, layout, lacks, reason):
-    from harness.plan import build_plan
+    from harness.run.plan import build_plan
 
     lacking(*lacks)
     assert (compat.layout_missing(parse_layout(layout)) or "").startswith(reason or "")
@@ -79,8 +79,8 @@ def test_a_missing_feature_is_a_plan_time_skip(lacking, layout, lacks, reason):
 def test_a_class_the_release_lacks_is_a_skip_not_a_crash(monkeypatch):
     from dataclasses import replace
 
-    from harness import plan
-    from harness.zoo import get_spec
+    from harness.catalogue.zoo import get_spec
+    from harness.run import plan
 
     monkeypatch.setattr(compat, "installed_version", lambda: "0.36.0")
     monkeypatch.setattr(plan, "get_spec", lambda name: replace(get_spec(name), class_name="NoSuchTransformer2DModel"))
@@ -98,8 +98,8 @@ def test_mesh_is_passed_only_where_contextparallelconfig_takes_it(lacking):
 def test_qwenimage_is_called_as_036s_pipeline_calls_it_only_where_needed(lacking):
     from diffusers import QwenImageTransformer2DModel
 
-    from harness.zoo import get_spec
-    from harness.zoo.qwenimage import with_036_call
+    from harness.catalogue.zoo import get_spec
+    from harness.catalogue.zoo.qwenimage import with_036_call
 
     if compat.has("qwenimage_txt_seq_lens_optional"):  # 0.37 on: the class itself, nothing filled in
         assert get_spec("qwenimage").model_class() is QwenImageTransformer2DModel
@@ -126,13 +126,13 @@ def test_qwenimage_is_called_as_036s_pipeline_calls_it_only_where_needed(lacking
 
 
 def _case(model, layout):
-    from harness.records import Case
+    from harness.core.records import Case
 
     return Case(model, parse_layout(layout), "native", "fp32")
 
 
 def test_the_package_requirement_names_the_same_minimum():
-    """pip's requirement cannot import harness.compat; this keeps the two statements of the minimum equal."""
+    """pip's requirement cannot import harness.core.compat; this keeps the two statements of the minimum equal."""
     import tomllib
     from pathlib import Path
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from harness.environment import diffusers_commit
+from harness.core.environment import diffusers_commit
 
 
 def _repo(folder: Path) -> str:

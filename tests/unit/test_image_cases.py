@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from harness.core.layouts import parse_layout
+from harness.core.records import Case, CaseRecord, Outcome
+from harness.core.results import Status
 from harness.kinds import Policy, kind_of
-from harness.layouts import parse_layout
-from harness.records import Case, CaseRecord, Outcome
-from harness.results import Status
-from harness.verdict import judge
+from harness.run.verdict import judge
 
 pytest.importorskip("transformers", reason="diffusers' pipeline classes need the transformers package")
 
@@ -55,7 +55,7 @@ def test_nan_image_fails():
 
 
 def test_capture_writes_picture_and_png(tmp_path):
-    from harness.reference import read_reference
+    from harness.core.reference import read_reference
 
     capture_image = kind_of("image").capture
     path, written = capture_image("flux", "default", tmp_path)
@@ -71,13 +71,13 @@ def test_capture_writes_picture_and_png(tmp_path):
 @pytest.mark.slow
 def test_local_checkpoint_runs_the_same_cases(project):
     """A user's checkpoint folder (here a tiny one written by `save_pretrained`) gives the same matrix."""
-    from harness.pipelines import build_pipeline
+    from harness.catalogue.pipelines import build_pipeline
 
     folder = project / "checkpoints" / "tiny-flux"
     build_pipeline("flux", "fp32").save_pretrained(folder)
     done = subprocess.run(
         [sys.executable, "-m", "harness", "run", "--weights", str(folder), "--kinds", "image", "--models", "flux",
-         "--layouts", "single,ulysses2", "--backends", "native", "--dtypes", "fp32"],
+         "--layouts", "single,ulysses2", "--backends", "native", "--dtypes", "fp32", "--images", "all"],
         cwd=project, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     frame = pd.read_csv(project / "reports/matrix.csv")
@@ -103,7 +103,7 @@ def test_bad_weights_folder_is_a_clear_error(project):
 def test_image_arrays_round_trip_through_png(tmp_path):
     from PIL import Image
 
-    from harness.image_metrics import to_png
+    from harness.rank.image_metrics import to_png
 
     picture = np.linspace(0, 1, 8 * 8 * 3, dtype=np.float32).reshape(8, 8, 3)
     path = to_png(picture, tmp_path / "p.png")

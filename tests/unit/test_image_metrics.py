@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from harness.image_metrics import (
+from harness.rank.image_metrics import (
     diff_image,
     image_metrics,
     scalar_metrics,
@@ -108,7 +108,7 @@ def _limits():
     """The limits the verdict applies: this repository's `[tool.harness.image]` over the option's defaults."""
     from pathlib import Path
 
-    from harness.settings import load_settings
+    from harness.run.settings import load_settings
 
     return load_settings(start=Path(__file__).resolve().parents[2]).image
 

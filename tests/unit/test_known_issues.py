@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import compat
-from harness.errors import HarnessError
-from harness.known_issues import KnownIssue, find, load_known_issues
-from harness.results import Status
-from harness.verdict import apply_known_issues, skipped
+from harness.core import compat
+from harness.core.errors import HarnessError
+from harness.core.results import Status
+from harness.run.known_issues import KnownIssue, find, load_known_issues
+from harness.run.verdict import apply_known_issues, skipped
 
 REPOSITORY_FILE = Path(__file__).resolve().parents[2] / "known_issues.toml"
 OLD_FLASH = "ValueError: `attn_mask` is not supported for aiter attention"
@@ -82,7 +82,7 @@ def test_repository_native_flash_mask_entry_knows_each_release_wording():
 
 
 def _case():
-    from harness.layouts import parse_layout
-    from harness.records import Case
+    from harness.core.layouts import parse_layout
+    from harness.core.records import Case
 
     return Case("flux", parse_layout("ulysses2"), "native", "fp32")

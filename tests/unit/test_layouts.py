@@ -1,7 +1,7 @@
 import pytest
 
-from harness.errors import HarnessError
-from harness.layouts import DEFAULT_LAYOUTS, parse_layout
+from harness.core.errors import HarnessError
+from harness.core.layouts import DEFAULT_LAYOUTS, parse_layout
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,9 @@ import re
 
 import pandas as pd
 
-from harness import matrix
-from harness.report.idsets import compact, describe
-from harness.results import CaseResult, Status
+from harness.core.results import CaseResult, Status
+from harness.run import matrix
+from harness.run.report.idsets import compact, describe
 
 MODELS = ("flux", "flux2", "qwenimage")
 LAYOUTS = ("single", "ulysses2", "ring2", "ulysses4", "ring4", "ring2xulysses2", "tp2", "tp4")

@@ -5,16 +5,16 @@ All controls share one launch per world size (the selftest plan), so this module
 
 import pytest
 
-from harness import runner
-from harness.results import Status
-from harness.selftest import CONTROLS, control_plan
+from harness.core.results import Status
+from harness.run import runner
+from harness.run.selftest import CONTROLS, control_plan
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def control_results(tmp_path_factory, zoo_references):
-    from harness.settings import load_settings
+    from harness.run.settings import load_settings
 
     folder = tmp_path_factory.mktemp("selftest")
     (folder / "pyproject.toml").write_text("[tool.harness]\n")

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from harness.errors import HarnessError
-from harness.pipelines import MODELS, build_pipeline, common, recipe, run_pipeline, transformer_of
+from harness.catalogue.pipelines import MODELS, build_pipeline, common, recipe, run_pipeline, transformer_of
+from harness.core.errors import HarnessError
 
 pytest.importorskip("transformers", reason="diffusers' pipeline classes need the transformers package")
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from harness.errors import HarnessError
-from harness.plan import build_plan
+from harness.core.errors import HarnessError
+from harness.run.plan import build_plan
 
 
 def _reasons(plan):
@@ -67,8 +67,8 @@ def test_unknown_shape_lists_the_valid_ones():
 
 
 def test_class_with_a_plan_but_no_spec_is_a_skip_row(monkeypatch):
-    from harness.plan import uncovered_rows
-    from harness.zoo import SPECS, discover
+    from harness.catalogue.zoo import SPECS, discover
+    from harness.run.plan import uncovered_rows
 
     discover._discover.cache_clear()
     monkeypatch.delitem(SPECS, "wan")
@@ -82,8 +82,8 @@ def test_class_with_a_plan_but_no_spec_is_a_skip_row(monkeypatch):
 
 
 def test_full_plan_preset_covers_every_model_and_dtype(project):
-    from harness.settings import load_settings
-    from harness.zoo import SPECS
+    from harness.catalogue.zoo import SPECS
+    from harness.run.settings import load_settings
 
     settings = load_settings({"plan": "full", "dtypes": "fp32"})
     assert settings.models == list(SPECS)
@@ -117,9 +117,9 @@ def test_check_refusals_runs_what_diffusers_should_refuse_with_the_expected_text
 
 
 def test_expected_refusal_is_xfail_only_when_diffusers_refuses():
-    from harness.plan import Refusal
-    from harness.results import CaseResult, Status
-    from harness.verdict import apply_expected_refusal
+    from harness.core.results import CaseResult, Status
+    from harness.run.plan import Refusal
+    from harness.run.verdict import apply_expected_refusal
 
     refusal = Refusal("backend not context-parallel capable", ("does not support context parallelism",))
 

@@ -17,9 +17,10 @@ pytest.importorskip("diffusers")
 import diffusers  # noqa: E402
 from diffusers.models._modeling_parallel import ContextParallelInput, ContextParallelOutput  # noqa: E402
 
-from harness import cli, plan_checks  # noqa: E402
-from harness.zoo import SPECS  # noqa: E402
-from harness.zoo.discover import parallel_classes  # noqa: E402
+from harness import cli  # noqa: E402
+from harness.catalogue.zoo import SPECS  # noqa: E402
+from harness.catalogue.zoo.discover import parallel_classes  # noqa: E402
+from harness.run import plan_checks
 
 Flux = diffusers.FluxTransformer2DModel
 

@@ -33,7 +33,7 @@ def test_reference_lifecycle(user_project):
     missing.assert_outcomes(failed=1, skipped=2)  # ulysses4 is SKIP (2 ranks allowed); test_reference not asked for
     missing.stdout.fnmatch_lines(["*missing reference*run `pytest --ref` or `harness capture`*"])
 
-    from harness.zoo import get_spec
+    from harness.catalogue.zoo import get_spec
 
     captured = user_project.runpytest_subprocess("-q", "--ref")
     captured.assert_outcomes(passed=len(get_spec("flux").shapes), skipped=1)  # one reference per shape

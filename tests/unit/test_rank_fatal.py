@@ -7,12 +7,12 @@ import time
 
 import pytest
 
-from harness import cpu, worker
+from harness.core.layouts import parse_layout
+from harness.core.records import Case, GroupSpec, Outcome
 from harness.kinds import Policy
-from harness.launch import _Launch
-from harness.layouts import parse_layout
-from harness.records import Case, GroupSpec, Outcome
-from harness.verdict import judge
+from harness.rank import cpu, worker
+from harness.run.launch import _Launch
+from harness.run.verdict import judge
 
 CASE = Case("flux", parse_layout("ulysses2"), "native", "fp32")
 IMPORT_ERROR = "ImportError: cannot import name 'tensor_parallel' from 'diffusers.hooks'"

@@ -5,8 +5,8 @@ import re
 import pytest
 import torch
 
-from harness.errors import HarnessError
-from harness.reference import read_meta, read_reference, reference_path, write_reference
+from harness.core.errors import HarnessError
+from harness.core.reference import read_meta, read_reference, reference_path, write_reference
 
 # every damaged reference says how to capture exactly it again
 FIX_RE = re.escape("recapture just this file with "

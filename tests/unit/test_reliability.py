@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import runner
-from harness.layouts import parse_layout
-from harness.plan import Case, PlannedCase
-from harness.results import CaseResult, Status
+from harness.core.layouts import parse_layout
+from harness.core.results import CaseResult, Status
+from harness.run import runner
+from harness.run.plan import Case, PlannedCase
 
 pytest_plugins = ["pytester"]
 
@@ -50,7 +50,7 @@ def _workers_naming(folder: Path, wait_s: float = 60.0) -> list[str]:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if str(folder) in cmdline and ("harness.worker" in cmdline or "torch.distributed.run" in cmdline):
+            if str(folder) in cmdline and ("harness.rank.worker" in cmdline or "torch.distributed.run" in cmdline):
                 found.append(f"{entry.name}: {cmdline}")
         if not found or time.monotonic() > deadline:
             return found
@@ -115,7 +115,7 @@ def test_a_hang_a_raise_and_a_kill_each_cost_only_their_own_case(project, settin
     assert results[RAISE].reason == f"rank 1: {DELIBERATE}"
     traceback = results[RAISE].extra["traceback"]
     assert traceback.rstrip().endswith(DELIBERATE), traceback
-    assert "harness/faults.py" in traceback and 'raise RuntimeError("deliberate failure' in traceback
+    assert "harness/rank/faults.py" in traceback and 'raise RuntimeError("deliberate failure' in traceback
 
     assert results[KILL].status is Status.ERROR
     assert results[KILL].reason.startswith("rank 1 died during the case"), results[KILL].reason
@@ -216,8 +216,8 @@ def test_resume_reruns_a_case_whose_line_a_killed_run_tore(tmp_path):
 
 @pytest.mark.slow
 def test_two_captures_at_once_write_each_reference_once_and_whole(project):
-    from harness.reference import read_reference, reference_path
-    from harness.zoo import get_spec
+    from harness.catalogue.zoo import get_spec
+    from harness.core.reference import read_reference, reference_path
 
     command = [sys.executable, "-m", "harness", "capture", "--models", "qwenimage", "--kinds", "tensor"]
     processes = [subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -315,9 +315,9 @@ def test_a_changed_model_against_references_of_another_version(project, zoo_refe
 
 
 def test_a_fail_keeps_how_far_the_layout_is_from_its_single_device_run():
+    from harness.core.records import CaseRecord, Outcome
     from harness.kinds import Policy
-    from harness.records import CaseRecord, Outcome
-    from harness.verdict import judge
+    from harness.run.verdict import judge
 
     metrics = {"max_abs_err": 1.85e-2, "mean_abs_err": 2e-3, "max_rel_err": 1.0, "nonfinite": 0,
                "vs_baseline_max_abs": 1.2e-7}

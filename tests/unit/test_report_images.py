@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from harness.report.images import THUMB_BOX, prune_images
-from harness.results import CaseResult, Status
+from harness.core.results import CaseResult, Status
+from harness.run.report.images import THUMB_BOX, prune_images
 
 NAMES = ("reference", "candidate", "diff", "ssim_map")
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from harness.errors import HarnessError
-from harness.settings import OPTIONS, load_settings
+from harness.core.errors import HarnessError
+from harness.run.settings import OPTIONS, load_settings
 
 
 @pytest.mark.parametrize(

@@ -4,12 +4,12 @@ import math
 
 import pytest
 
+from harness.core.layouts import parse_layout
+from harness.core.records import Case, CaseRecord, Outcome
+from harness.core.results import Status
 from harness.kinds import Policy
-from harness.known_issues import KnownIssue, load_known_issues
-from harness.layouts import parse_layout
-from harness.records import Case, CaseRecord, Outcome
-from harness.results import Status
-from harness.verdict import apply_known_issues, judge
+from harness.run.known_issues import KnownIssue, load_known_issues
+from harness.run.verdict import apply_known_issues, judge
 
 
 def _outcome(dtype="fp32", layout="ulysses2", backend="native", **metrics):
@@ -90,7 +90,7 @@ def test_known_issue_turns_error_into_xfail_and_reports_xpass():
 def test_known_issues_file_is_validated(tmp_path):
     path = tmp_path / "known.toml"
     path.write_text('[[issue]]\nmatch = "x"\n')
-    from harness.errors import HarnessError
+    from harness.core.errors import HarnessError
 
     with pytest.raises(HarnessError, match="needs both 'match' and 'reason'"):
         load_known_issues(path)

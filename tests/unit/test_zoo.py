@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from harness.zoo import NOT_COVERED, SPECS, Shape
-from harness.zoo.discover import parallel_classes
+from harness.catalogue.zoo import NOT_COVERED, SPECS, Shape
+from harness.catalogue.zoo.discover import parallel_classes
 
 SPEC_SHAPES = [(name, shape) for name, spec in SPECS.items() for shape in spec.shapes]
 MASKED = [(name, shape) for name, shape in SPEC_SHAPES if SPECS[name].shapes[shape].masked]
@@ -29,7 +29,7 @@ def test_every_parallel_class_has_a_spec_or_a_reason():
     classes = parallel_classes()
     assert classes, "discovery found no class with _cp_plan or _tp_plan: the walk of diffusers is broken"
     uncovered = [row["class_name"] for row in classes if row["spec"] is None and row["class_name"] not in NOT_COVERED]
-    assert not uncovered, f"add a spec under harness/zoo/ or a NOT_COVERED reason for: {uncovered}"
+    assert not uncovered, f"add a spec under harness/catalogue/zoo/ or a NOT_COVERED reason for: {uncovered}"
     assert all(reason.strip() for reason in NOT_COVERED.values())
 
 
@@ -73,7 +73,7 @@ def test_spec_runs_single_device(models, name, shape):
 @pytest.mark.parametrize(("name", "shape"), SPEC_SHAPES, ids=[f"{n}@{s}" for n, s in SPEC_SHAPES])
 def test_inputs_survive_the_reference_file(models, name, shape, tmp_path):
     """Workers run from the stored inputs: tensors must save (no shared memory) and the rest must round-trip JSON."""
-    from harness.reference import read_reference, write_reference
+    from harness.core.reference import read_reference, write_reference
 
     spec = SPECS[name]
     inputs = spec.inputs(shape)

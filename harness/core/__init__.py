@@ -1,0 +1,1 @@
+"""Foundations both sides share: errors, typed records, layouts, references, versions."""

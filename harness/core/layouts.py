@@ -1,0 +1,91 @@
+"""Layout names (`single`, `ulysses2`, `ring2`, `ring2xulysses2`, `ulysses2any`, `tp2`, `tp2+ulysses2`, ...)
+and the diffusers configs they become."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from harness.core.errors import HarnessError
+
+DEFAULT_LAYOUTS = ("single", "ulysses2", "ring2", "ulysses4", "ring4", "ring2xulysses2", "tp2", "tp4")
+FULL_LAYOUTS = (*DEFAULT_LAYOUTS, "ulysses2any", "ring2any", "ulysses4any", "tp2+ulysses2", "tp2+ring2")
+
+_CP = r"(?:ring(?P<rx>\d+)xulysses(?P<ux>\d+)|ulysses(?P<u>\d+)(?P<uany>any)?|ring(?P<r>\d+)(?P<rany>any)?)"
+_PATTERN = re.compile(rf"^(?:(?P<single>single)|tp(?P<tp>\d+)(?:\+{_CP})?|{_CP.replace('?P<', '?P<c_')})$")
+FORMS = "single, ulyssesN, ulyssesNany, ringN, ringNany, ringRxulyssesU, tpN, tpN+ulyssesM, tpN+ringM (N, M >= 2)"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A parallel configuration; `world_size` ranks run it, rank 0 reports."""
+
+    name: str
+    ring: int = 1
+    ulysses: int = 1
+    tp: int = 1
+    anything: bool = False
+
+    @property
+    def world_size(self) -> int:
+        return self.ring * self.ulysses * self.tp
+
+    @property
+    def is_context_parallel(self) -> bool:
+        return self.ring * self.ulysses > 1
+
+    def mesh_spec(self) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+        """The device mesh for this layout (a 2-D one when TP and CP combine), built once per launch and reused."""
+        shape, names = [], []
+        for degree, name in ((self.tp, "tp"), (self.ring, "ring"), (self.ulysses, "ulysses")):
+            if degree > 1 or (name != "tp" and self.is_context_parallel):
+                shape.append(degree)
+                names.append(name)
+        return (tuple(shape), tuple(names)) if shape else None
+
+    def diffusers_config(self, mesh=None):
+        """What `enable_parallelism` receives: a `ContextParallelConfig`, a `TensorParallelConfig`, or both in a
+        `ParallelConfig` (diffusers decides whether it accepts the combination).
+
+        Only the arguments the installed diffusers accepts are passed (harness.core.compat): before 0.38 there is no
+        `mesh=` (diffusers builds its own), before 0.37 no `ulysses_anything`. A layout a release cannot express
+        at all is a plan-time SKIP (`compat.layout_missing`), so asking for it here is an error, not a silent
+        fallback to another layout."""
+        import diffusers
+
+        from harness.core import compat
+
+        missing = compat.layout_missing(self)
+        if missing is not None:
+            raise HarnessError(f"layout {self.name}: {missing}")
+        cp = tp = None
+        if self.is_context_parallel:
+            options = {"ring_degree": self.ring, "ulysses_degree": self.ulysses}
+            if self.anything and self.ulysses > 1:
+                options["ulysses_anything"] = True
+            if self.anything and self.ring > 1:
+                options["ring_anything"] = True
+            if mesh is not None and compat.has("cp_mesh"):
+                options["mesh"] = mesh["ring", "ulysses"] if self.tp > 1 else mesh
+            cp = diffusers.ContextParallelConfig(**options)
+        if self.tp > 1:
+            tp = diffusers.TensorParallelConfig(tp_degree=self.tp, mesh=mesh["tp"] if mesh is not None and cp else mesh)
+        if cp is not None and tp is not None:
+            return diffusers.ParallelConfig(context_parallel_config=cp, tensor_parallel_config=tp)
+        return cp or tp
+
+
+def parse_layout(name: str) -> Layout:
+    match = _PATTERN.match(name)
+    if match is None:
+        raise HarnessError(f"unknown layout {name!r}; valid forms: {FORMS}")
+    groups = {key.removeprefix("c_"): value for key, value in match.groupdict().items() if value}
+    if "single" in groups:
+        return Layout(name)
+    degrees = {key: int(value) for key, value in groups.items() if value.isdigit()}
+    if any(value < 2 for value in degrees.values()):
+        raise HarnessError(f"layout {name!r}: every degree must be at least 2")
+    ring = degrees.get("r", degrees.get("rx", 1))
+    ulysses = degrees.get("u", degrees.get("ux", 1))
+    anything = bool(groups.get("uany") or groups.get("rany"))
+    return Layout(name, ring=ring, ulysses=ulysses, tp=degrees.get("tp", 1), anything=anything)

@@ -1,0 +1,116 @@
+"""What crosses a process boundary, typed: a case, what a launch group is given, and what a rank reports for a case.
+
+The lowest layer: the launcher, the worker and the verdict all import it; it imports nothing of theirs. Records
+travel as JSON (group.json, the ranks' event lines, results.partial.jsonl) through `to_dict` / `from_dict`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from harness.core.layouts import Layout, parse_layout
+
+
+@dataclass(frozen=True)
+class Case:
+    """One planned run: model x shape x layout x backend x dtype x kind; its id is the pytest id too."""
+
+    model: str
+    layout: Layout
+    backend: str
+    dtype: str
+    kind: str = "tensor"
+    shape: str = "default"
+    fault: str | None = None  # a deliberate bug for negative controls (harness.rank.faults)
+    weights_dir: str | None = None  # a local checkpoint folder (`--weights`); the shape then names the folder
+
+    @property
+    def case_id(self) -> str:
+        return case_id(self.model, self.shape, self.layout.name, self.backend, self.dtype, self.kind, self.fault)
+
+    @property
+    def world_size(self) -> int:
+        return self.layout.world_size
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "layout": self.layout.name, "backend": self.backend, "dtype": self.dtype,
+                "kind": self.kind, "shape": self.shape, "fault": self.fault, "weights_dir": self.weights_dir}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Case:
+        return cls(data["model"], parse_layout(data["layout"]), data["backend"], data["dtype"],
+                   data.get("kind", "tensor"), data.get("shape", "default"), data.get("fault"),
+                   data.get("weights_dir"))
+
+
+def case_id(model: str, shape: str, layout: str, backend: str, dtype: str, kind: str, fault: str | None = None) -> str:
+    """`model[@shape]/layout/backend/dtype/kind[+fault]`: the one place the id format is written."""
+    name = model if shape == "default" else f"{model}@{shape}"
+    return f"{name}/{layout}/{backend}/{dtype}/{kind}" + (f"+{fault}" if fault else "")
+
+
+@dataclass
+class GroupSpec:
+    """What one torchrun launch is given (group.json): where to write, where the references are, its cases."""
+
+    workdir: str
+    references: str
+    images_dir: str | None
+    cases: list[Case]
+
+    def to_dict(self) -> dict:
+        return {"workdir": self.workdir, "references": self.references, "images_dir": self.images_dir,
+                "cases": [case.to_dict() for case in self.cases]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> GroupSpec:
+        return cls(data["workdir"], data["references"], data.get("images_dir"),
+                   [Case.from_dict(case) for case in data["cases"]])
+
+
+@dataclass
+class CaseRecord:
+    """What the run of one case produced, before judging: rank 0's measurements, or why there are none.
+
+    `metrics` is what the case's kind measured (only that kind reads it); everything else is common to all kinds.
+    """
+
+    case_id: str
+    error: str | None = None
+    error_rank: int | None = None  # None: every rank failed alike (diffusers' own refusal), or no rank to name
+    traceback: str = ""
+    timeout: bool = False
+    seconds: float | None = None
+    forward_s: float | None = None
+    peak_mem_mb: float | None = None
+    peak_mem_mb_per_rank: list[float] = field(default_factory=list)
+    seconds_per_rank: list[float | None] = field(default_factory=list)
+    dispatched: dict[str, int] = field(default_factory=dict)
+    kernels: dict[str, int] | None = None  # None: not profiled
+    output_placements: str | None = None  # the output was a DTensor with these placements (diffusers returns plain)
+    rank_max_diff: list[float | None] = field(default_factory=list)  # each rank's output vs rank 0's (None: shape)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CaseRecord:
+        names = {f.name for f in fields(cls)}
+        unknown = set(data) - names - {"event", "rank", "time"}
+        if unknown:
+            raise ValueError(f"case record with unknown fields {sorted(unknown)}")
+        return cls(**{key: value for key, value in data.items() if key in names})
+
+
+@dataclass
+class Outcome:
+    """What the launcher learned about one case: the worker's record, or why none came."""
+
+    case: Case
+    record: CaseRecord

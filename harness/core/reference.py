@@ -1,0 +1,180 @@
+"""The reference file: weights, inputs and fp32 output of one model, with self-describing metadata.
+
+One safetensors file per model and shape. Written atomically and never replaced unless asked;
+verified (schema, checksum, spec config) on every load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness import SCHEMA_VERSION
+from harness.core.errors import HarnessError
+
+_WEIGHTS, _INPUTS, _OUTPUT = "weights.", "inputs.", "output"
+
+
+def fix_for(path: Path) -> str:
+    """The one command that repairs this file: restore it from git where it is committed (a recapture would churn
+    a binary), else recapture exactly this model, shape and kind (not every reference)."""
+    path = Path(path)
+    kind, _, shape = path.stem.partition("@")
+    recapture = (f"`harness capture --models {path.parent.name} --kinds {kind} --shapes {shape or 'default'} "
+                 f"--force`")
+    if _committed(path):
+        return f"restore the committed file with `git checkout -- {path}`, or recapture just it with {recapture}"
+    return f"recapture just this file with {recapture}"
+
+
+def _committed(path: Path) -> bool:
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "-C", str(path.parent), "ls-files", "--error-unmatch", path.name],
+                              capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+@dataclass
+class Reference:
+    path: Path
+    weights: dict[str, torch.Tensor]
+    inputs: dict[str, Any]
+    output: torch.Tensor
+    meta: dict[str, Any]
+
+
+def reference_meta(model: str, shape: str, kind: str, config: dict, config_hash: str, **extra) -> dict[str, Any]:
+    """What every reference says of itself: what it is, the single-device fp32 run that made it, and where."""
+    from harness.core import environment
+
+    return {"model": model, "shape": shape, "kind": kind, "dtype": "fp32", "layout": "single", "backend": "native",
+            "world_size": 1, "config": config, "config_hash": config_hash, **extra, **environment.describe()}
+
+
+def reference_path(root: Path, model: str, shape: str = "default", kind: str = "tensor") -> Path:
+    suffix = "" if shape == "default" else f"@{shape}"
+    return Path(root) / model / f"{kind}{suffix}.safetensors"
+
+
+def checksum(tensors: dict[str, torch.Tensor]) -> str:
+    digest = hashlib.sha256()
+    for key in sorted(tensors):
+        tensor = tensors[key].contiguous()
+        digest.update(key.encode())
+        digest.update(str(tensor.dtype).encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
+def write_reference(path: Path, weights, inputs, output, meta: dict[str, Any], force: bool = False) -> bool:
+    """Write atomically; returns False (and writes nothing) when the file exists and `force` is off."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and not force:
+        return False
+    tensors = {_WEIGHTS + k: v.detach().contiguous() for k, v in weights.items()}
+    static = {}
+    for key, value in inputs.items():
+        if isinstance(value, torch.Tensor):
+            tensors[_INPUTS + key] = value.detach().contiguous()
+        else:
+            static[key] = _encode(value)
+    tensors[_OUTPUT] = output.detach().float().contiguous()
+    header = dict(meta, schema=SCHEMA_VERSION, static_inputs=static, checksum=checksum(tensors))
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata={"harness": json.dumps(header, sort_keys=True)})
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        if force:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)  # atomic create-if-absent: a concurrent capture cannot be overwritten
+            except FileExistsError:
+                return False
+        return True
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.exists():
+        raise HarnessError(f"missing reference {path}: run `harness capture` or `pytest --ref` to create it")
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            header = (handle.metadata() or {}).get("harness")
+    except Exception as error:  # noqa: BLE001 - safetensors raises several types for damaged files
+        raise HarnessError(f"reference {path} is unreadable ({error}); {fix_for(path)}") from None
+    if header is None:
+        raise HarnessError(f"{path} is not a harness reference (no 'harness' metadata); {fix_for(path)}")
+    try:
+        meta = json.loads(header)
+    except json.JSONDecodeError:
+        meta = None
+    if not isinstance(meta, dict):
+        raise HarnessError(f"reference {path} has damaged metadata (not a JSON object); {fix_for(path)}")
+    if meta.get("schema", 0) > SCHEMA_VERSION:
+        raise HarnessError(
+            f"reference {path} has schema {meta.get('schema')}, newer than this harness ({SCHEMA_VERSION}); "
+            "upgrade the harness or recapture with this one"
+        )
+    return meta
+
+
+def read_reference(path: Path, expected_config_hash: str | None = None) -> Reference:
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    meta = read_meta(path)
+    try:
+        tensors = load_file(str(path))
+    except Exception as error:  # noqa: BLE001
+        raise HarnessError(f"reference {path} is unreadable ({error}); {fix_for(path)}") from None
+    if checksum(tensors) != meta.get("checksum"):
+        raise HarnessError(f"reference {path} failed its checksum (corrupted or edited); {fix_for(path)}")
+    if expected_config_hash and meta.get("config_hash") != expected_config_hash:
+        raise HarnessError(
+            f"reference {path} was captured from another config of {meta.get('model')!r} "
+            f"({meta.get('config_hash')} != {expected_config_hash}); {fix_for(path)}"
+        )
+    weights = {k[len(_WEIGHTS):]: v for k, v in tensors.items() if k.startswith(_WEIGHTS)}
+    inputs: dict[str, Any] = {k[len(_INPUTS):]: v for k, v in tensors.items() if k.startswith(_INPUTS)}
+    inputs.update({key: _decode(value) for key, value in meta.get("static_inputs", {}).items()})
+    return Reference(path, weights, inputs, tensors[_OUTPUT], meta)
+
+
+def _encode(value):
+    """JSON keeps lists but not tuples; models such as QwenImage care (`img_shapes`), so tag them."""
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode(item) for item in value]}
+    if isinstance(value, list):
+        return [_encode(item) for item in value]
+    return value
+
+
+def _decode(value):
+    if isinstance(value, dict) and set(value) == {"__tuple__"}:
+        return tuple(_decode(item) for item in value["__tuple__"])
+    if isinstance(value, list):
+        return [_decode(item) for item in value]
+    return value

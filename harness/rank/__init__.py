@@ -1,0 +1,1 @@
+"""What runs inside each torchrun rank: the worker loop, case execution, backends, kernels, shims."""

@@ -1,0 +1,157 @@
+"""Attention backends: names and capabilities read from diffusers' registry, a real probe, and dispatch counting."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+from collections import Counter
+
+import torch
+
+
+def registry():
+    from harness.core import compat
+
+    compat.check_supported()  # every use of diffusers' attention API passes here first: fail clearly on too old
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+    return _AttentionBackendRegistry
+
+
+def all_backend_names() -> list[str]:
+    from harness.core import compat
+
+    compat.check_supported()
+    from diffusers.models.attention_dispatch import AttentionBackendName
+
+    return [member.value for member in AttentionBackendName]
+
+
+def supports_context_parallel(name: str) -> bool:
+    """diffusers' own declaration, the one `enable_parallelism` checks."""
+    return name in registry()._supports_context_parallel
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+
+
+@functools.cache
+def unavailable_reason(name: str, dtype: str = "bf16", device_type: str | None = None) -> str | None:
+    """None when a tiny real call through diffusers' dispatcher succeeds here in `dtype`; otherwise why not.
+
+    Cached per process: the probe costs milliseconds, but a plan asks once per case.
+    """
+    from diffusers.models.attention_dispatch import (
+        AttentionBackendName,
+        _check_attention_backend_requirements,
+        dispatch_attention_fn,
+    )
+
+    from harness.core.dtypes import torch_dtype
+
+    device = torch.device(device_type) if device_type else default_device()
+    try:
+        backend = AttentionBackendName(name)
+    except ValueError:
+        return f"not an attention backend of this diffusers: {name}"
+    try:
+        _check_attention_backend_requirements(backend)
+    except RuntimeError as error:
+        return first_line(error)
+    query = torch.randn(1, 8, 2, 16, device=device)
+    try:
+        with warnings.catch_warnings(), quiet_dispatch():
+            warnings.simplefilter("ignore")
+            dispatch_attention_fn(*(query.to(torch_dtype(dtype)),) * 3, backend=backend)
+    except Exception as error:  # noqa: BLE001 - any failure of the probe is the reason to report
+        prefix = "needs CUDA: " if device.type != "cuda" else ""
+        return prefix + first_line(error)
+    return None
+
+
+@contextlib.contextmanager
+def quiet_dispatch():
+    """Probe calls must not count as dispatches of the case under test."""
+    saved = dict(_counters)
+    try:
+        yield
+    finally:
+        _counters.clear()
+        _counters.update(saved)
+
+
+def first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".strip()
+
+
+# --- dispatch counting: which registered backend function actually ran, and how often -------------------------------
+
+_counters: Counter = Counter()
+
+
+def install_dispatch_counters() -> None:
+    """Wrap every registered backend function once per process, so every call through diffusers is counted."""
+    backends = registry()._backends
+    for name, fn in list(backends.items()):
+        if getattr(fn, "_harness_counted", False):
+            continue
+        backends[name] = _counted(getattr(name, "value", name), fn)
+
+
+def _counted(name: str, fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        _counters[name] += 1
+        return fn(*args, **kwargs)
+
+    wrapper._harness_counted = True
+    return wrapper
+
+
+def reset_dispatches() -> None:
+    _counters.clear()
+
+
+def dispatches() -> dict[str, int]:
+    return dict(sorted(_counters.items()))
+
+
+def reset_active_backend() -> None:
+    """`set_attention_backend` also sets diffusers' process-global active backend (0.37 on); a later case must not
+    inherit it. 0.36 has no setter and its `set_attention_backend` leaves the global alone: set the attribute the
+    setter sets."""
+    from diffusers.models.attention_dispatch import AttentionBackendName
+
+    from harness.core import compat
+
+    if compat.has("set_active_backend"):
+        registry().set_active_backend(AttentionBackendName.NATIVE)
+    else:
+        registry()._active_backend = AttentionBackendName.NATIVE
+
+
+def backend_table(dtypes=("fp32", "bf16")) -> list[dict]:
+    """Every backend diffusers knows: usable here per dtype (probed), why not, and context-parallel capability."""
+    from harness.rank.kernels import EXPECTED
+
+    rows = []
+    for name in all_backend_names():
+        row = {"backend": name, "context_parallel": supports_context_parallel(name)}
+        reasons = {dtype: unavailable_reason(name, dtype) for dtype in dtypes}
+        for dtype in dtypes:
+            row[dtype] = "usable" if reasons[dtype] is None else "no"
+        row["kernels_checked"] = _short_kernels(EXPECTED.get(name))
+        row["reason"] = next((reason for reason in reasons.values() if reason), "")
+        rows.append(row)
+    return rows
+
+
+def _short_kernels(names) -> str:
+    if not names:
+        return "-"
+    if len(names) > 3:
+        return "any SDPA kernel"
+    return ", ".join(sorted(n.replace("aten::_scaled_dot_product_", "").replace("_attention", "") for n in names))

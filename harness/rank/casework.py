@@ -1,0 +1,112 @@
+"""What a rank does for one case, apart from the loop and the events: load (and cache) the reference, build the case
+through its kind, apply the layout, run it, prove what ran, and measure against the single-device baseline.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from harness.core.records import Case
+from harness.core.reference import Reference, read_reference, reference_path
+from harness.kinds import kind_of
+from harness.rank import backends, faults, kernels
+
+
+class CaseWork:
+    """Per-rank caches shared by every case of a launch: references, device meshes and single-device baselines."""
+
+    def __init__(self, references: Path, images_dir: Path | None, device: torch.device):
+        self.root, self.images_dir, self.device = Path(references), images_dir, device
+        self.references: dict[tuple, Reference] = {}
+        self.meshes: dict[tuple, object] = {}
+        self.baselines: dict[tuple, object] = {}
+
+    def reference(self, case: Case) -> Reference:
+        key = (case.model, case.shape, case.kind, case.weights_dir)
+        if key not in self.references:
+            path = reference_path(self.root, case.model, case.shape, case.kind)
+            self.references[key] = read_reference(path, kind_of(case.kind).reference_hash(case))
+        return self.references[key]
+
+    def mesh(self, layout):
+        spec = layout.mesh_spec()
+        if spec is None:
+            return None
+        if spec not in self.meshes:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            self.meshes[spec] = init_device_mesh(self.device.type, spec[0], mesh_dim_names=spec[1])
+        return self.meshes[spec]
+
+    def run(self, case: Case) -> tuple[object, dict]:
+        """The case's output on this rank, and what ran: timings, dispatched backends, executed kernels."""
+        started = time.perf_counter()
+        built = kind_of(case.kind).build(case, self.reference(case), self.device)
+        with faults.active(case.fault):
+            config = case.layout.diffusers_config(self.mesh(case.layout))
+            if config is not None:
+                built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
+            backends.reset_dispatches()
+            self._sync(reset_peak=True)
+            forward_started = time.perf_counter()
+            output = built.run()
+            self._sync()
+            forward_s, seconds = time.perf_counter() - forward_started, time.perf_counter() - started
+            dispatched = backends.dispatches()
+            # A second, profiled run proves the kernels; it stays out of the timings above.
+            executed = kernels.profile_kernels(built.run, scope=built.profile_scope)
+        placements = None
+        if hasattr(output, "full_tensor"):  # materialised to compare, and reported: diffusers returns plain tensors
+            placements = str(tuple(output.placements))
+            output = output.full_tensor()
+        return output, {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched, "kernels": executed,
+                        "output_placements": placements}
+
+    @staticmethod
+    def as_tensor(output) -> torch.Tensor:
+        """Any kind's output (a tensor, a picture) as a contiguous fp32 CPU tensor, to compare ranks."""
+        tensor = output if isinstance(output, torch.Tensor) else torch.as_tensor(output)
+        return tensor.detach().float().cpu().contiguous()
+
+    def measure(self, case: Case, output) -> dict:
+        """The kind's metrics against the reference and the single-device baseline of the case's dtype."""
+        kind = kind_of(case.kind)
+        return kind.measure(output, self.reference(case), self.baseline(case), case, self.images_dir)
+
+    def baseline(self, case: Case):
+        """What the dtype alone costs (rank 0 only): the single-device output in the case's dtype, with the case's
+        backend for a parallel layout, or with `native` SDPA when the case compares a backend on a single device.
+        A failure is kept as its message, reported with the case, never fatal."""
+        backend = case.backend if case.layout.world_size > 1 else "native"
+        model_change = case.fault if case.fault in faults.MODEL_CHANGES else None
+        key = (case.model, case.shape, case.kind, case.weights_dir, backend, case.dtype, model_change)
+        if key not in self.baselines:
+            kind = kind_of(case.kind)
+            try:
+                built = kind.build(replace(case, backend=backend, fault=None), self.reference(case), self.device)
+                with faults.active(model_change):
+                    self.baselines[key] = kind.detach(built.run())
+            except Exception as error:  # noqa: BLE001 - reported with the case, never fatal
+                self.baselines[key] = backends.first_line(error)
+            finally:
+                backends.reset_active_backend()
+        return self.baselines[key]
+
+    def peak_memory_mb(self) -> float:
+        """CUDA: the case's peak allocated memory. CPU: the process's peak resident size so far (a high-water mark
+        over the launch, not per case: the CPU allocator keeps no per-case statistics)."""
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    def _sync(self, reset_peak: bool = False) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            if reset_peak:
+                torch.cuda.reset_peak_memory_stats(self.device)

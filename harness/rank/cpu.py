@@ -1,0 +1,98 @@
+"""The CPU/gloo shims diffusers needs to run its parallel code on a machine without an accelerator.
+
+Active only when CUDA is absent; each shim leaves what diffusers accepts or refuses unchanged, and applies only
+where the installed diffusers has the feature it adapts (harness.core.compat): a release without TP needs no TP shim.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from harness.core import compat
+
+_applied = False
+
+
+def needed() -> bool:
+    return not torch.cuda.is_available()
+
+
+def apply() -> None:
+    """Install every shim once per process; a no-op on CUDA machines."""
+    global _applied
+    if _applied or not needed():
+        return
+    _device_count_at_least_one()
+    if compat.has("tensor_parallel"):
+        _allow_tensor_parallel_on_cpu()
+    if compat.has("native_flash_ops"):  # before 0.37 `_native_flash` has no ring path, so nothing to adapt
+        _native_flash_ops_on_cpu()
+    _applied = True
+
+
+def _device_count_at_least_one() -> None:
+    # diffusers places rank r on device `r % torch.accelerator.device_count()`, which is 0 on CPU.
+    original = torch.accelerator.device_count
+    torch.accelerator.device_count = functools.wraps(original)(lambda: max(1, original()))
+
+
+def _allow_tensor_parallel_on_cpu() -> None:
+    # diffusers' TP refuses device types outside `_SUPPORTED_TP_DEVICES`; DTensor itself runs on CPU with gloo.
+    from diffusers.hooks import tensor_parallel
+
+    if "cpu" not in tensor_parallel._SUPPORTED_TP_DEVICES:
+        tensor_parallel._SUPPORTED_TP_DEVICES = (*tensor_parallel._SUPPORTED_TP_DEVICES, "cpu")
+
+
+def _native_flash_ops_on_cpu() -> None:
+    # Ring attention needs the LSE; `_native_flash` gets it from a CUDA-only aten op, so route CPU tensors to
+    # `_scaled_dot_product_flash_attention_for_cpu`, which returns it too. diffusers' ring and merge code is unchanged.
+    from diffusers.models import attention_dispatch as dispatch
+
+    forward, backward = dispatch._native_flash_attention_forward_op, dispatch._native_flash_attention_backward_op
+    if getattr(forward, "_harness_cpu_shim", False):
+        return
+    dispatch._native_flash_attention_forward_op = _cpu_flash_forward(forward)
+    dispatch._native_flash_attention_backward_op = _cpu_flash_backward(backward)
+
+
+def _cpu_flash_forward(original):
+    @functools.wraps(original)
+    def forward_op(ctx, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                   enable_gqa=False, return_lse=False, _save_ctx=True, _parallel_config=None):
+        if query.device.type != "cpu":
+            return original(ctx, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, return_lse,
+                            _save_ctx=_save_ctx, _parallel_config=_parallel_config)
+        if enable_gqa:
+            raise ValueError("`enable_gqa` is not yet supported for native flash attention.")
+        q, k, v = (x.transpose(1, 2).contiguous() for x in (query, key, value))
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+        )
+        out, lse = out.transpose(1, 2).contiguous(), lse.transpose(1, 2).contiguous()
+        if _save_ctx:
+            ctx.save_for_backward(query, key, value, out, lse)
+            ctx.dropout_p, ctx.is_causal, ctx.scale = dropout_p, is_causal, scale
+        return (out, lse) if return_lse else out
+
+    forward_op._harness_cpu_shim = True
+    return forward_op
+
+
+def _cpu_flash_backward(original):
+    @functools.wraps(original)
+    def backward_op(ctx, grad_out, *args, query=None, key=None, value=None, out=None, lse=None, **kwargs):
+        saved = ctx.saved_tensors
+        if saved[0].device.type != "cpu":
+            return original(ctx, grad_out, *args, query=query, key=key, value=value, out=out, lse=lse, **kwargs)
+        given = (query, key, value, out, lse)
+        tensors = [saved[i] if given[i] is None else given[i] for i in range(5)]
+        grad_out, *tensors = (x.transpose(1, 2).contiguous() for x in (grad_out, *tensors))
+        grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad_out, *tensors, ctx.dropout_p, ctx.is_causal, scale=ctx.scale
+        )
+        return tuple(g.transpose(1, 2).contiguous() for g in grads)
+
+    return backward_op

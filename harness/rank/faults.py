@@ -1,0 +1,261 @@
+"""Deliberate bugs for negative controls: each must make the harness report FAIL.
+
+A fault is active only inside `active(name)`, for one case, in one worker process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+FAULTS = {
+    "cp_local_attention": "context parallel: each rank attends only to its own chunk (the classic two half-images bug)",
+    "tp_skip_allreduce": "tensor parallel: row-wise layers return their partial sums without the all-reduce",
+    "redirect_dispatch": "backends: `_native_math` and `native` are silently served by each other",
+    "math_runs_flash": "backends: `_native_math` is dispatched but the flash kernel executes",
+    "scaled_softmax": "backends: SDPA runs with a 5% larger softmax scale (subtly wrong numbers)",
+    "extra_rounding": "low precision: each rank rounds its output shard to 4 mantissa bits before the gather",
+    "rope_sign": "a change to diffusers itself: Flux's RoPE rotates the other way (applies to every run, baseline too)",
+    "rank1_diverges": "context parallel: rank 1's final gather returns a slightly different output than rank 0's",
+    "bf16_few_tokens": "low precision: in bf16 only, one output value comes back 0.02 off after the final gather",
+    "hang_rank1": "reliability: rank 1 never reaches the collective the others wait in",
+    "raise_rank1": "reliability: rank 1 raises before the forward while the others wait in a collective",
+    "kill_rank1": "reliability: rank 1 is killed (SIGKILL) in the middle of the case",
+}
+
+# Faults that stand for a change in diffusers itself rather than a parallel bug: the single-device baseline runs
+# with them too, so the layouts still agree with each other while all of them disagree with the stored reference.
+MODEL_CHANGES = {"rope_sign"}
+
+
+def check(name: str) -> None:
+    if name not in FAULTS:
+        from harness.core.errors import HarnessError
+
+        raise HarnessError(f"unknown fault {name!r}; valid faults: {', '.join(FAULTS)}")
+
+
+@contextlib.contextmanager
+def active(name: str | None):
+    if name is None:
+        yield
+        return
+    check(name)
+    with globals()[f"_{name}"]():
+        yield
+
+
+@contextlib.contextmanager
+def _cp_local_attention():
+    from diffusers.models import attention_dispatch as dispatch
+
+    original = dispatch._templated_context_parallel_attention
+
+    def local_only(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                   enable_gqa=False, return_lse=False, *, forward_op, backward_op, _parallel_config=None):
+        q, k, v = (x.permute(0, 2, 1, 3) for x in (query, key, value))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
+        return out.permute(0, 2, 1, 3)
+
+    dispatch._templated_context_parallel_attention = local_only
+    try:
+        yield
+    finally:
+        dispatch._templated_context_parallel_attention = original
+
+
+@contextlib.contextmanager
+def _tp_skip_allreduce():
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import RowwiseParallel
+
+    original = RowwiseParallel.__dict__["_prepare_output_fn"]  # the staticmethod object itself, to restore as-is
+
+    def partial_sums(output_layouts, use_local_output, mod, outputs, device_mesh):
+        local = outputs.to_local() if isinstance(outputs, DTensor) else outputs
+        return local
+
+    RowwiseParallel._prepare_output_fn = staticmethod(partial_sums)
+    try:
+        yield
+    finally:
+        RowwiseParallel._prepare_output_fn = original
+
+
+@contextlib.contextmanager
+def _registry_entry(name: str, replacement):
+    """Swap one backend function in diffusers' registry (the dispatcher looks it up on every call)."""
+    from harness.rank.backends import registry
+
+    table = registry()._backends
+    key = next(key for key in table if getattr(key, "value", key) == name)
+    original = table[key]
+    table[key] = replacement
+    try:
+        yield
+    finally:
+        table[key] = original
+
+
+def _backend_fn(name: str):
+    from harness.rank.backends import registry
+
+    return next(fn for key, fn in registry()._backends.items() if getattr(key, "value", key) == name)
+
+
+@contextlib.contextmanager
+def _redirect_dispatch():
+    # diffusers silently serving `_native_math` (or `native`) with another backend: counted as that other one.
+    native, math = _backend_fn("native"), _backend_fn("_native_math")
+    with _registry_entry("_native_math", native), _registry_entry("native", math):
+        yield
+
+
+@contextlib.contextmanager
+def _math_runs_flash():
+    # The registry says `_native_math` ran (its counter ticks), but PyTorch executes the flash kernel beneath it.
+    from diffusers.models import attention_dispatch as dispatch
+
+    from harness.rank.backends import _counted
+
+    with _registry_entry("_native_math", _counted("_native_math", dispatch._native_flash_attention)):
+        yield
+
+
+@contextlib.contextmanager
+def _scaled_softmax():
+    # Every native SDPA call uses a 5% larger softmax scale: the right backend and kernel, subtly wrong numbers.
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def scaled(query, key, value, *args, scale=None, **kwargs):
+        base = scale if scale is not None else query.shape[-1] ** -0.5
+        return original(query, key, value, *args, scale=base * 1.05, **kwargs)
+
+    torch.nn.functional.scaled_dot_product_attention = scaled
+    try:
+        yield
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = original
+
+
+@contextlib.contextmanager
+def _rope_sign():
+    from diffusers.models.transformers import transformer_flux
+
+    original = transformer_flux.apply_rotary_emb
+
+    def flipped(x, freqs_cis, *args, **kwargs):
+        cos, sin = freqs_cis
+        return original(x, (cos, -sin), *args, **kwargs)
+
+    transformer_flux.apply_rotary_emb = flipped
+    try:
+        yield
+    finally:
+        transformer_flux.apply_rotary_emb = original
+
+
+def _on_rank1(action):
+    import torch.distributed as dist
+
+    @contextlib.contextmanager
+    def context():
+        if dist.is_initialized() and dist.get_rank() == 1:
+            action()
+        yield
+
+    return context
+
+
+def _sleep_forever():
+    import time
+
+    time.sleep(3600)
+
+
+def _raise():
+    raise RuntimeError("deliberate failure on rank 1 (raise_rank1)")
+
+
+def _sigkill_self():
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+_hang_rank1 = _on_rank1(_sleep_forever)
+_raise_rank1 = _on_rank1(_raise)
+_kill_rank1 = _on_rank1(_sigkill_self)
+
+
+@contextlib.contextmanager
+def _extra_rounding():
+    # Each rank rounds its output shard once more (to 4 mantissa bits) before the gather: a quiet precision loss
+    # of the size a sloppy cast in a layout causes, below the fixed bf16 tolerance but above the error budget.
+    from diffusers.hooks.context_parallel import EquipartitionSharder
+
+    original = EquipartitionSharder.__dict__["unshard"]
+
+    def unshard(cls, tensor, dim, mesh):
+        rounded = _round_mantissa(tensor.float(), bits=4).to(tensor.dtype) if tensor.is_floating_point() else tensor
+        return original.__func__(cls, rounded, dim, mesh)
+
+    EquipartitionSharder.unshard = classmethod(unshard)
+    try:
+        yield
+    finally:
+        EquipartitionSharder.unshard = original
+
+
+@contextlib.contextmanager
+def _rank1_diverges():
+    # Rank 0's output is right; rank 1 ends with one token off by 1e-2 after the last gather. Comparing rank 0's
+    # output alone cannot see it.
+    import torch.distributed as dist
+    from diffusers.hooks.context_parallel import EquipartitionSharder
+
+    original = EquipartitionSharder.__dict__["unshard"]
+
+    def unshard(cls, tensor, dim, mesh):
+        gathered = original.__func__(cls, tensor, dim, mesh)
+        if dist.get_rank() == 1 and gathered.is_floating_point():
+            gathered = gathered.clone()
+            gathered.view(-1)[0] += 1e-2
+        return gathered
+
+    EquipartitionSharder.unshard = classmethod(unshard)
+    try:
+        yield
+    finally:
+        EquipartitionSharder.unshard = original
+
+
+@contextlib.contextmanager
+def _bf16_few_tokens():
+    # A wrong value in bf16 only: the mean error hardly moves (the mean budget passes), the fixed 0.15 tolerance
+    # passes; only the max against the single-device bf16 max can see it.
+    from diffusers.hooks.context_parallel import EquipartitionSharder
+
+    original = EquipartitionSharder.__dict__["unshard"]
+
+    def unshard(cls, tensor, dim, mesh):
+        gathered = original.__func__(cls, tensor, dim, mesh)
+        if gathered.dtype == torch.bfloat16:
+            gathered = gathered.clone()
+            gathered.view(-1)[0] += 0.02
+        return gathered
+
+    EquipartitionSharder.unshard = classmethod(unshard)
+    try:
+        yield
+    finally:
+        EquipartitionSharder.unshard = original
+
+
+def _round_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Round to `bits` mantissa bits (bf16 keeps 7 of its own, so this is an extra rounding step)."""
+    mantissa, exponent = torch.frexp(x)
+    scale = 2.0 ** (bits + 1)
+    return torch.ldexp(torch.round(mantissa * scale) / scale, exponent)

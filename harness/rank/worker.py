@@ -1,0 +1,150 @@
+"""The torchrun entry point: every rank runs every case of its group; rank 0 measures and reports.
+
+Events go to one JSON-lines file per rank, flushed per line, so the launcher sees progress, a rank's error,
+and every finished case even if the group dies later.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from harness.core import determinism
+from harness.core.errors import traceback_text
+from harness.core.records import Case, CaseRecord, GroupSpec
+from harness.rank import backends, cpu
+from harness.rank.casework import CaseWork
+
+
+class Worker:
+    """One rank's loop over its group's cases and the events that tell the launcher what happened."""
+
+    def __init__(self, group: GroupSpec, rank: int, world_size: int):
+        self.group, self.rank, self.world_size = group, rank, world_size
+        device = torch.device(f"cuda:{rank % torch.cuda.device_count()}") if torch.cuda.is_available() \
+            else torch.device("cpu")
+        images = Path(group.images_dir) if group.images_dir else None
+        self.work = CaseWork(Path(group.references), images, device)
+        self.events = open(Path(group.workdir) / f"rank{rank}.jsonl", "a", buffering=1)
+
+    def emit(self, event: str, **data) -> None:
+        self.events.write(json.dumps({"event": event, "rank": self.rank, "time": time.time(), **data}) + "\n")
+
+    def run(self) -> None:
+        for case in self.group.cases:
+            self.emit("start", case_id=case.case_id)
+            output = info = error = None
+            try:
+                output, info = self.work.run(case)
+            except Exception as exc:  # noqa: BLE001 - a case's failure is its ERROR, never the group's
+                error = {"message": backends.first_line(exc), "traceback": traceback_text()}
+                self.emit("rank_error", case_id=case.case_id, **error)
+            finally:
+                backends.reset_active_backend()
+            gathered = [None] * self.world_size
+            seconds = info["seconds"] if info else None
+            shape = tuple(self.work.as_tensor(output).shape) if error is None else None
+            dist.all_gather_object(gathered, {"error": error, "peak_mem_mb": self.work.peak_memory_mb(),
+                                              "seconds": seconds, "shape": shape})
+            differences = self.rank_differences(output, gathered)
+            if self.rank == 0:
+                record = self.record(case, output, info, gathered)
+                record.rank_max_diff = differences
+                self.report(record)
+            del output
+
+    def rank_differences(self, output, gathered: list[dict]) -> list[float | None]:
+        """Every rank's output against rank 0's (max abs difference; None for a different shape). In diffusers every
+        rank ends with the whole output, so a rank that disagrees is a bug that comparing rank 0 alone would miss."""
+        if any(g["error"] is not None for g in gathered):
+            return []
+        shapes = [g["shape"] for g in gathered]
+        if any(shape != shapes[0] for shape in shapes):
+            return [0.0 if shape == shapes[0] else None for shape in shapes]
+        mine = self.work.as_tensor(output)
+        theirs = mine.clone()
+        dist.broadcast(theirs, src=0)
+        difference = float((mine - theirs).abs().max()) if mine.numel() else 0.0
+        found = [None] * self.world_size
+        dist.all_gather_object(found, difference)
+        return found
+
+    def record(self, case: Case, output, info: dict | None, gathered: list[dict]) -> CaseRecord:
+        """Rank 0's record of the case: the first rank's error (None as the rank when every rank failed alike,
+        diffusers' own refusal), or the kind's metrics with what ran and what it cost on each rank."""
+        failed = [(rank, g["error"]) for rank, g in enumerate(gathered) if g["error"] is not None]
+        if failed:
+            rank, error = failed[0]
+            return CaseRecord(case.case_id, error=error["message"], traceback=error["traceback"],
+                              error_rank=None if len(failed) == len(gathered) else rank)
+        try:
+            metrics = self.work.measure(case, output)
+        except Exception as exc:  # noqa: BLE001
+            return CaseRecord(case.case_id, error=backends.first_line(exc), error_rank=0, traceback=traceback_text())
+        per_rank = [round(g["peak_mem_mb"], 1) for g in gathered]
+        return CaseRecord(case.case_id, seconds=info["seconds"], forward_s=info["forward_s"],
+                          peak_mem_mb=max(per_rank), peak_mem_mb_per_rank=per_rank,
+                          seconds_per_rank=[g["seconds"] and round(g["seconds"], 4) for g in gathered],
+                          dispatched=info["dispatched"], kernels=info["kernels"],
+                          output_placements=info["output_placements"], metrics=metrics)
+
+    def report(self, record: CaseRecord) -> None:
+        self.emit("result", **record.to_dict())
+
+
+def init_distributed() -> tuple[int, int]:
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl")
+    else:
+        dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One rank. A rank that fails outside a case (an import in the shims, init, the group loop, cleanup) writes a
+    `fatal` event with its own traceback before it exits, so the launcher reports that, not torchrun's summary."""
+    argv = sys.argv[1:] if argv is None else argv
+    group = GroupSpec.from_dict(json.loads(Path(argv[0]).read_text()))
+    rank = int(os.environ.get("RANK", 0))  # torchrun's; the process group does not exist yet
+
+    def fatal(stage: str, error: Exception) -> None:
+        event = {"event": "fatal", "rank": rank, "time": time.time(), "pid": os.getpid(), "stage": stage,
+                 "message": backends.first_line(error), "traceback": traceback_text()}
+        with open(Path(group.workdir) / f"rank{rank}.jsonl", "a") as events:
+            events.write(json.dumps(event) + "\n")
+
+    try:
+        determinism.quiet_diffusers()
+        determinism.strict_fp32()
+        cpu.apply()
+        backends.install_dispatch_counters()
+        rank, world_size = init_distributed()
+        worker = Worker(group, rank, world_size)
+        worker.emit("hello", pid=os.getpid())
+    except Exception as error:
+        fatal("startup", error)
+        raise
+    try:
+        worker.run()
+        worker.emit("done")
+    except Exception as error:
+        fatal("run", error)
+        raise
+    finally:
+        try:
+            dist.destroy_process_group()
+        except Exception as error:
+            fatal("cleanup", error)
+            raise
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The orchestrator: settings, plan, launches, verdicts, results and reports (one process)."""

@@ -1,0 +1,62 @@
+"""Capture fp32 single-device references, and make sure every reference a plan needs exists and is sound."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.catalogue.zoo import get_spec
+from harness.core import determinism
+from harness.core.errors import HarnessError
+from harness.core.reference import read_meta, read_reference, reference_path
+from harness.kinds import kind_of
+
+
+def reference_targets(models, kinds, shapes=None, weights_dir=None) -> list[tuple[str, str, str, str | None]]:
+    """(kind, model, shape, weights folder) of every reference `harness capture` and `pytest --ref` write: each
+    kind's shapes of each model (or only `shapes`)."""
+    specs = [get_spec(name) for name in models]
+    wanted = ["all"] if shapes is None else list(shapes)
+    if "all" not in wanted:
+        known = {shape for kind in kinds for spec in specs for shape, _ in kind_of(kind).shapes(spec, ["all"],
+                                                                                               weights_dir)}
+        if set(wanted) - known:
+            raise HarnessError(f"unknown shape(s) {sorted(set(wanted) - known)} for {', '.join(models)}; valid: "
+                               f"{', '.join(sorted(known))}")
+    return [(kind, spec.name, shape, folder) for kind in kinds for spec in specs
+            for shape, folder in kind_of(kind).shapes(spec, wanted, weights_dir)]
+
+
+def capture_all(models, root: Path, force: bool = False, kinds=("tensor", "image"), weights_dir=None,
+                echo: Callable[[str], None] = print, shapes=None) -> list[Path]:
+    determinism.quiet_diffusers()
+    paths = []
+    for kind, model, shape, folder in reference_targets(models, kinds, shapes, weights_dir):
+        path, written = kind_of(kind).capture(model, shape, root, force, folder)
+        echo(f"{'captured' if written else 'kept    '} {path}")
+        paths.append(path)
+    return paths
+
+
+def ensure_references(cases, root: Path, echo: Callable[[str], None], capture_missing: bool = True) -> dict:
+    """Capture what is missing (and say so), then verify every reference (checksum, schema, config) before anything
+    launches. Returns each reference's metadata by (model, shape, kind)."""
+    needed = {(case.model, case.shape, case.kind): case for case in cases}  # one case speaks for its reference
+    missing = sorted(key for key in needed if not reference_path(root, key[0], key[1], kind=key[2]).exists())
+    if missing and not capture_missing:
+        paths = ", ".join(str(reference_path(root, m, s, kind=k)) for m, s, k in missing)
+        raise HarnessError(f"missing reference(s) {paths}: run `pytest --ref` or `harness capture` to create them")
+    if missing:
+        names = ", ".join(f"{m}@{s}/{k}" for m, s, k in missing)
+        echo(f"capturing {len(missing)} missing reference(s) first: {names}")
+        determinism.quiet_diffusers()
+    for key in missing:
+        case = needed[key]
+        path, _ = kind_of(case.kind).capture(case.model, case.shape, root, weights_dir=case.weights_dir)
+        echo(f"captured {path}")
+    metas = {}
+    for key in sorted(needed):
+        case, path = needed[key], reference_path(root, key[0], key[1], kind=key[2])
+        read_reference(path, kind_of(case.kind).reference_hash(case))
+        metas[key] = read_meta(path)
+    return metas

@@ -1,0 +1,196 @@
+"""Results -> text views: one CSV row per case, a short Markdown summary for CI, a terminal matrix.
+
+Each view is sized for where it is read. The full grid with every number is index.html's; the terminal gets one
+block per model that fits 120 columns, and matrix.md (a CI step summary) gets counts, a row per model, every failing
+case by id, and the other statuses grouped by reason.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from harness.core.records import Case
+from harness.core.results import CaseResult, Status
+from harness.run.report.idsets import describe
+
+CSV_COLUMNS = ["case_id", "model", "shape", "kind", "layout", "world_size", "backend", "dtype", "status",
+               "max_abs_err", "mean_abs_err", "max_rel_err", "tolerance", "baseline_err", "err_ratio", "nonfinite",
+               "ssim", "psnr",
+               "dispatched", "kernels", "reason", "seconds", "peak_mem_mb"]
+WIDTH = 120  # terminal columns every line of `terminal()` fits in
+_INDEX_MAX, _CELL_MAX = 40, 24  # caps that keep one label plus one cell under WIDTH whatever the names
+_REASON_MAX = 300  # Markdown reason cells; the whole text is in index.html
+
+
+def to_frame(results: list[CaseResult]) -> pd.DataFrame:
+    rows = []
+    for result in results:
+        row = result.to_dict()
+        rows.append({column: row.get(column) for column in CSV_COLUMNS})
+    return pd.DataFrame(rows, columns=CSV_COLUMNS)
+
+
+def counts(results: list[CaseResult]) -> dict[str, int]:
+    tally = Counter(result.status.value for result in results)
+    return {status.value: tally.get(status.value, 0) for status in Status}
+
+
+def counts_line(results: list[CaseResult]) -> str:
+    return ", ".join(f"{count} {status}" for status, count in counts(results).items() if count)
+
+
+def write_csv(results: list[CaseResult], path: Path) -> None:
+    to_frame(results).to_csv(path, index=False)
+
+
+def _by(results: Iterable[CaseResult], key: Callable[[CaseResult], str]) -> dict[str, list[CaseResult]]:
+    """Groups in order of first appearance, which is the plan's order."""
+    groups: dict[str, list[CaseResult]] = {}
+    for result in results:
+        groups.setdefault(key(result), []).append(result)
+    return groups
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+_DEFAULT_KIND = Case.__dataclass_fields__["kind"].default  # the kind a column leaves unsaid
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+# -- terminal ---------------------------------------------------------------------------------------------------
+
+
+def _cell(result: CaseResult) -> str:
+    label = result.status.value
+    if result.status in (Status.PASS, Status.FAIL, Status.XFAIL):
+        label += _kind(result).cell(result)
+    return _clip(label, _CELL_MAX)
+
+
+def _kind(result: CaseResult):
+    from harness.kinds import KINDS, Kind
+
+    return KINDS.get(result.kind, Kind())
+
+
+def _column(result: CaseResult) -> str:
+    """A block's column: what is left of the case id once model, layout and backend are known (the id's last part
+    keeps a negative control's `+fault`, so two cases never share a cell)."""
+    shape = "" if result.shape == "default" else f"@{result.shape} "
+    kind = result.case_id.rsplit("/", 1)[-1]
+    return _clip(f"{shape}{result.dtype}" + ("" if kind == _DEFAULT_KIND else f" {kind}"), _CELL_MAX)
+
+
+def _row(result: CaseResult) -> str:
+    return _clip(f"{result.layout}/{result.backend}", _INDEX_MAX)
+
+
+def terminal(results: list[CaseResult], width: int = WIDTH) -> str:
+    """One block per model (rows layout/backend, columns dtype and kind), columns wrapped to `width`; then every
+    failing case with its reason, then the counts. SKIP cases stay out of the grid unless nothing else ran."""
+    shown = [r for r in results if r.status is not Status.SKIP] or results
+    lines: list[str] = []
+    everything = _by(results, lambda r: r.model)
+    for model, group in _by(shown, lambda r: r.model).items():
+        lines += _block(f"{model}: {counts_line(everything[model])}", group, width)
+    failing = [r for r in results if r.status.is_bad]
+    if failing:
+        lines.append(f"failing ({len(failing)}):")
+        lines += [_clip(f"  {r.status.value:7s} {r.case_id}  {_one_line(r.reason)}", width) for r in failing]
+        lines.append("")
+    lines.append(counts_line(results) or "(no cases)")
+    return "\n".join(lines)
+
+
+def _block(title: str, group: list[CaseResult], width: int) -> list[str]:
+    rows = list(dict.fromkeys(_row(r) for r in group))
+    columns = list(dict.fromkeys(_column(r) for r in group))
+    cells: dict[tuple[str, str], str] = {}
+    for r in group:  # two cases in one cell (ids that differ only past the cut) are both shown
+        key = (_row(r), _column(r))
+        cells[key] = _clip(f"{cells[key]}, {_cell(r)}", 2 * _CELL_MAX) if key in cells else _cell(r)
+    index_w = max(len("layout/backend"), *(len(row) for row in rows))
+    widths = {c: max(len(c), *(len(cells.get((row, c), "")) for row in rows)) for c in columns}
+    chunks, chunk, used = [], [], index_w
+    for column in columns:
+        if chunk and used + 2 + widths[column] > width:
+            chunks.append(chunk)
+            chunk, used = [], index_w
+        chunk.append(column)
+        used += 2 + widths[column]
+    chunks.append(chunk)
+    lines = []
+    for part, chunk in enumerate(chunks):
+        more = f" (columns {part + 1} of {len(chunks)})" if len(chunks) > 1 else ""
+        lines.append(_clip(f"{title}{more}", width))
+        lines.append("  ".join(["layout/backend".ljust(index_w), *(c.ljust(widths[c]) for c in chunk)]).rstrip())
+        for row in rows:
+            values = [cells.get((row, c), "").ljust(widths[c]) for c in chunk]
+            lines.append("  ".join([row.ljust(index_w), *values]).rstrip())
+        lines.append("")
+    return lines
+
+
+# -- Markdown ---------------------------------------------------------------------------------------------------
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _md(text: str, limit: int = _REASON_MAX) -> str:
+    return _escape(_clip(_one_line(text), limit))
+
+
+def _grouped_table(title: str, results: list[CaseResult], key: Callable[[CaseResult], str]) -> list[str]:
+    """One row per distinct reason: how many cases, the reason, and which cases as exact brace patterns."""
+    if not results:
+        return []
+    lines = ["", f"### {title} ({len(results)})", "", "| cases | reason | which |", "|---:|---|---|"]
+    for reason, group in sorted(_by(results, key).items(), key=lambda item: -len(item[1])):
+        lines.append(f"| {len(group)} | {_md(reason or '(no reason given)')} | "
+                     f"{_escape(describe((r.case_id for r in group), 240))} |")
+    return lines
+
+
+def _known_issue(result: CaseResult) -> str:
+    """The known issue an XFAIL matched, without the observed error text that differs case by case
+    (harness.run.verdict.apply_known_issues writes "<issue>; observed <error>")."""
+    return result.reason.split("; observed ", 1)[0]
+
+
+def markdown(results: list[CaseResult], header_lines: list[str] = ()) -> str:
+    """Counts, a row per model, every FAIL/ERROR/TIMEOUT by id, the rest grouped by reason, and where to look."""
+    lines = ["## Parity matrix", "", *header_lines, f"**{counts_line(results) or 'no cases'}**"]
+    statuses = [status for status, count in counts(results).items() if count]
+    if results:
+        lines += ["", "| model | cases | " + " | ".join(statuses) + " |", "|---|" + "---:|" * (len(statuses) + 1)]
+        for model, group in _by(results, lambda r: r.model).items():
+            tally = counts(group)
+            row = [_mark(status, tally[status]) for status in statuses]
+            lines.append(f"| {_md(model, 60)} | {len(group)} | " + " | ".join(row) + " |")
+    failing = [r for r in results if r.status.is_bad]
+    if failing:
+        lines += ["", f"### Failing ({len(failing)})", "", "| case | status | reason |", "|---|---|---|"]
+        lines += [f"| `{r.case_id}` | **{r.status.value}** | {_md(r.reason)} |" for r in failing]
+    lines += _grouped_table("Known issues (XFAIL), by issue", [r for r in results if r.status is Status.XFAIL],
+                            _known_issue)
+    lines += _grouped_table("Passing with a note", [r for r in results if r.status is Status.PASS and r.reason],
+                            lambda r: r.reason)
+    lines += _grouped_table("Skipped, by reason", [r for r in results if r.status is Status.SKIP],
+                            lambda r: r.reason)
+    lines += ["", "Every case with its numbers, errors, tracebacks, kernels and images: `index.html` beside this "
+              "file; one row per case: `matrix.csv`."]
+    return "\n".join(lines) + "\n"
+
+
+def _mark(status: str, count: int) -> str:
+    return f"**{count}**" if count and Status(status).is_bad else str(count)

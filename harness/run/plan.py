@@ -1,0 +1,149 @@
+"""The plan: models x shapes x layouts x backends x dtypes, with what cannot run here decided up front (SKIP)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+import torch
+
+from harness.catalogue.zoo import SPECS, get_spec
+from harness.core import compat
+from harness.core.dtypes import torch_dtype
+from harness.core.errors import HarnessError
+from harness.core.layouts import Layout, parse_layout
+from harness.core.records import Case
+from harness.kinds import KINDS, kind_of
+from harness.rank import backends as backend_info
+from harness.rank import faults
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """What the plan predicts diffusers will refuse for a case: why, and the texts its error may contain."""
+
+    reason: str
+    error_contains: tuple[str, ...]
+
+    def seen_in(self, message: str) -> bool:
+        return any(text in message for text in self.error_contains)
+
+
+@dataclass(frozen=True)
+class PlannedCase:
+    case: Case
+    skip_reason: str | None = None
+    expected_refusal: Refusal | None = None  # the case runs, and diffusers refusing it with this text is XFAIL
+
+
+def max_ranks(cpu_max_ranks: int) -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else cpu_max_ranks
+
+
+def skip_reason(case: Case, rank_limit: int) -> str | None:
+    """Why this case cannot or must not run here, decided before anything launches; None if it runs."""
+    spec = get_spec(case.model)
+    layout = case.layout
+    if layout.world_size > rank_limit:
+        where = "GPUs" if torch.cuda.is_available() else "ranks allowed on CPU (cpu_max_ranks)"
+        return f"needs {layout.world_size} ranks; this machine has {rank_limit} {where}"
+    missing = compat.model_class_missing(spec.class_name) or compat.layout_missing(layout)
+    if missing is not None:  # a class or parallel feature this diffusers release does not have yet
+        return missing
+    model_class = spec.model_class()
+    if layout.is_context_parallel and getattr(model_class, "_cp_plan", None) is None:
+        return f"{spec.class_name} defines no _cp_plan"
+    if layout.tp > 1 and getattr(model_class, "_tp_plan", None) is None:
+        return f"{spec.class_name} defines no _tp_plan"
+    unavailable = kind_of(case.kind).unavailable()
+    if unavailable is not None:
+        return unavailable
+    return backend_info.unavailable_reason(case.backend, case.dtype)
+
+
+def predicted_refusal(case: Case) -> Refusal | None:
+    """What diffusers is expected to refuse, known before launch: a backend its registry does not list as
+    context-parallel capable, or a sequence (or head count) that plain ring/Ulysses cannot split evenly."""
+    layout = case.layout
+    if not layout.is_context_parallel:
+        return None
+    if not backend_info.supports_context_parallel(case.backend):
+        return Refusal(f"diffusers does not register backend {case.backend!r} as context-parallel capable",
+                       ("does not support context parallelism",))
+    lengths = kind_of(case.kind).split_lengths(case)
+    if layout.anything or lengths is None:  # the *any layouts take uneven lengths; unknown lengths: diffusers decides
+        return None
+    spec, degree = get_spec(case.model), layout.ring * layout.ulysses
+    reasons, texts = [], []
+    uneven = [f"{name} {length}" for name, length in lengths.items() if length % degree]
+    if uneven:
+        reasons.append(f"{', '.join(uneven)} not divisible by the context-parallel degree {degree}")
+        texts.append("must be divisible by mesh size")
+    heads = [f"{key} {spec.config[key]}" for key in ("num_attention_heads", "audio_num_attention_heads")
+             if key in spec.config and spec.config[key] % layout.ulysses]
+    if heads:  # diffusers' Ulysses all-to-all then fails in a reshape, without a message of its own
+        reasons.append(f"{', '.join(heads)} not divisible by the Ulysses degree {layout.ulysses}")
+        texts.append("is invalid for input of size")
+    if not reasons:
+        return None
+    return Refusal("; ".join(reasons) + " (plain ring/Ulysses split evenly; the *any layouts do not need it)",
+                   tuple(texts))
+
+
+def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_ranks: int = 4,
+               fault: str | None = None, kinds=("tensor",), weights_dir=None,
+               check_refusals: bool = False) -> list[PlannedCase]:
+    """Every case, in a stable order; what cannot run here carries its SKIP reason. Image cases exist for the models
+    with a tiny pipeline, at the tiny pipeline's own size, or on the local checkpoint `weights_dir`.
+
+    A case diffusers is expected to refuse is a SKIP with the reason, or, with `check_refusals`, runs so that the
+    refusal is seen (XFAIL) and a backend that runs where it should refuse is judged like any other case."""
+    for dtype in dtypes:
+        torch_dtype(dtype)
+    if fault is not None:
+        faults.check(fault)
+    known_backends = set(backend_info.all_backend_names())
+    for backend in backends:
+        if backend not in known_backends:
+            raise HarnessError(f"unknown backend {backend!r}; valid backends: {', '.join(sorted(known_backends))}")
+    parsed = [parse_layout(name) for name in layouts]
+    specs = [get_spec(name) for name in models]
+    known_shapes = {name for spec in SPECS.values() for name in spec.shapes} | {"all"}
+    if set(shapes) - known_shapes:  # a known shape runs on the models that have it
+        raise HarnessError(f"unknown shape(s) {sorted(set(shapes) - known_shapes)}; valid shapes: "
+                           f"{', '.join(sorted(known_shapes))}")
+    unknown_kinds = set(kinds) - set(KINDS)
+    if unknown_kinds:
+        raise HarnessError(f"unknown kind(s) {sorted(unknown_kinds)}; valid kinds: {', '.join(KINDS)}")
+    limit = max_ranks(cpu_max_ranks)
+    plan = []
+    for spec in specs:
+        for kind in (name for name in KINDS if name in kinds):
+            for shape, folder in kind_of(kind).shapes(spec, list(shapes), weights_dir):
+                for layout, backend, dtype in product(parsed, backends, dtypes):
+                    case = Case(spec.name, layout, backend, dtype, kind, shape, fault, folder)
+                    plan.append(_planned(case, limit, check_refusals))
+    return plan
+
+
+def _planned(case: Case, limit: int, check_refusals: bool) -> PlannedCase:
+    reason = skip_reason(case, limit)
+    refusal = predicted_refusal(case) if reason is None else None
+    if refusal is not None and not check_refusals:
+        return PlannedCase(case, f"{refusal.reason}; --check-refusals runs it to see diffusers refuse")
+    return PlannedCase(case, reason, refusal)
+
+
+def uncovered_rows() -> list[PlannedCase]:
+    """A SKIP row for every class of the installed diffusers with a parallel plan but no harness spec, so a model
+    that gains `_cp_plan` or `_tp_plan` upstream is visible in the matrix the day it lands."""
+    from harness.catalogue.zoo import NOT_COVERED
+    from harness.catalogue.zoo.discover import parallel_classes
+
+    rows = []
+    for row in parallel_classes():
+        if row["spec"] is None:
+            reason = NOT_COVERED.get(row["class_name"], "no harness spec yet (add one under harness/catalogue/zoo/)")
+            case = Case(row["class_name"], Layout("-"), "-", "-")
+            rows.append(PlannedCase(case, f"not covered: {row['class_name']} has a parallel plan; {reason}"))
+    return rows

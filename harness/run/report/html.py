@@ -1,0 +1,201 @@
+"""`index.html`: one self-contained page rendered from results.json, readable offline, in CI artifacts and on paper.
+
+It stays light on a full plan (15,600 cases): the records are embedded once as compact JSON (embed.py) and the page
+script draws a case's detail only when it is opened, and a model's matrix only when its section is opened. The
+HTML itself holds what a reviewer reads first: the counts, the failing cases with their reasons, and the other
+cases summarised by reason (sections.py).
+"""
+
+from __future__ import annotations
+
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from harness.run.report.assets import page
+from harness.run.report.data import BAD, FILTER_KEYS, STATUSES, load, plain, slugs, status_counts, unique
+from harness.run.report.detail import badge
+from harness.run.report.embed import encode, script_tag
+from harness.run.report.script import JS
+from harness.run.report.sections import Lists, attention_section, group_section, split
+
+__all__ = ["render_html", "render_page"]
+
+ENV_KEYS = ("torch", "diffusers", "diffusers_commit", "python", "device")
+DIFFERS = ' class="differs"'
+NAV = (("failing", "Needs a look"), ("known-issues", "Known issues"), ("skipped", "Skipped"),
+       ("passing", "Passing"), ("matrix", "Matrix"), ("details", "Opened cases"), ("environment", "Environment"))
+
+
+def render_html(report_dir: Path) -> Path:
+    """Write `report_dir/index.html` from `report_dir/results.json`; images are linked relative to that folder."""
+    report_dir = Path(report_dir)
+    header, cases = load(report_dir)
+    out = report_dir / "index.html"
+    tmp = out.with_suffix(".html.tmp")
+    tmp.write_text(render_page(header, cases), encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+def render_page(header: dict[str, Any], cases: list[dict[str, Any]]) -> str:
+    """The whole document as a string, so tests and other writers need no files."""
+    anchors = slugs(cases)
+    counts = status_counts(cases)
+    lists = split(cases)
+    bad = sum(counts.get(status, 0) for status in BAD)
+    title = f"Parity report: {len(cases)} cases, {bad} failing"
+    body = "".join([
+        f"<header><h1>Parity report</h1><p class=\"sub\">{_run_line(header, cases)}</p>{_nav()}</header>",
+        _mismatch_banner(header),
+        _counts(counts, sum(case["extra"].get("xpass") is True and case["status"] == "PASS" for case in cases)),
+        _filters(cases),
+        '<noscript><p class="banner">The matrix and the case details are drawn by this page\'s script: with '
+        "JavaScript off, the lists below and matrix.csv beside this file still hold every case.</p></noscript>",
+        attention_section(cases, lists.attention, anchors),
+        '<section id="details" hidden><h2>Opened cases</h2><div id="opened"></div></section>',
+        _lists(lists, cases),
+        _matrix(cases),
+        _environment(header, cases),
+        script_tag(encode(cases, lists.groups())),
+    ])
+    return page(title, body, JS)
+
+
+def _nav() -> str:
+    links = " \u00b7 ".join(f'<a href="#{key}">{escape(label)}</a>' for key, label in NAV)
+    return f'<nav class="jump" aria-label="sections">{links}</nav>'
+
+
+def _lists(lists: Lists, cases: list[dict[str, Any]]) -> str:
+    return (group_section("known-issues", "Known issues (XFAIL)", lists.xfail, cases, "issue", "XFAIL")
+            + group_section("skipped", "Skipped", lists.skip, cases, "reason", "SKIP")
+            + group_section("passing", "Passing", lists.passing, cases, "group", "PASS"))
+
+
+def _run_line(header: dict[str, Any], cases: list[dict[str, Any]]) -> str:
+    parts = [f"{len(cases)} cases"]
+    if header.get("started"):
+        parts.append(f"started {escape(str(header['started']))}")
+    if header.get("wall_s") is not None:
+        parts.append(f"wall {escape(plain(header['wall_s'], '.1f'))} s")
+    if header.get("launches") is not None:
+        parts.append(f"{escape(str(header['launches']))} launches")
+    return " \u00b7 ".join(parts)
+
+
+def _mismatch_banner(header: dict[str, Any]) -> str:
+    """A reference from another diffusers makes every verdict suspect, so it heads the page."""
+    text = str(header.get("version_mismatch") or "").strip()
+    if not text:
+        return ""
+    return f'<div class="banner" role="alert">\u26a0 Reference mismatch: {escape(text)}</div>'
+
+
+def _environment(header: dict[str, Any], cases: list[dict[str, Any]]) -> str:
+    env = header.get("environment") or {}
+    ref = header.get("reference_environment") or {}
+    rows = []
+    for key in ENV_KEYS:
+        here, there = env.get(key), ref.get(key)
+        differs = bool(ref) and key != "device" and there != here
+        rows.append(f"<tr{DIFFERS if differs else ''}><th scope=\"row\">{escape(key)}</th>"
+                    f"<td>{escape(_text(here))}</td><td>{escape(_text(there))}</td></tr>")
+    sizes = ", ".join(str(size) for size in sorted({int(c.get("world_size") or 1) for c in cases}))
+    rows.append(f'<tr><th scope="row">world sizes</th><td>{escape(sizes or "-")}</td><td></td></tr>')
+    return (
+        '<section id="environment"><h2>Environment</h2>'
+        f'<p class="env-note">{escape(_reference_note(header))}</p>'
+        '<table class="env"><thead><tr><th></th><th scope="col">this run</th><th scope="col">references</th></tr>'
+        f"</thead><tbody>{''.join(rows)}</tbody></table>{_settings(header.get('settings'))}</section>"
+    )
+
+
+def _reference_note(header: dict[str, Any]) -> str:
+    ref = header.get("reference_environment") or {}
+    if header.get("version_mismatch"):
+        return "References were captured with a different diffusers (see the warning above)."
+    if not ref:
+        return "No reference metadata was recorded."
+    return f"References were captured with the same diffusers version ({_text(ref.get('diffusers'))})."
+
+
+def _text(value: Any) -> str:
+    return "\u2014" if value is None or value == "" else str(value)
+
+
+def _settings(settings: Any) -> str:
+    if not isinstance(settings, dict) or not settings:
+        return ""
+    rows = "".join(f'<tr><th scope="row">{escape(str(k))}</th><td>{escape(_text(v))}</td></tr>'
+                   for k, v in settings.items())
+    return f'<details class="settings"><summary>Settings</summary><table class="env">{rows}</table></details>'
+
+
+def _counts(counts: dict[str, int], xpass: int) -> str:
+    """Per-status totals; each is a button that filters to that status. XPASS cases count as PASS here."""
+    buttons = "".join(
+        f'<button type="button" class="count s-{escape(status)}" data-set-status="{escape(status)}" '
+        f'title="show only {escape(status)}"><b>{count}</b>{escape(status)}</button>'
+        for status, count in counts.items() if count or status in ("PASS", "FAIL")
+    )
+    note = f'<span class="muted">of the PASS, {xpass} XPASS (a known issue no longer reproduces)</span>' if xpass \
+        else ""
+    return f'<section id="summary"><h2>Results</h2><div class="counts">{buttons}{note}</div></section>'
+
+
+def _filters(cases: list[dict[str, Any]]) -> str:
+    """Real form controls, so the filters work from the keyboard and with screen readers."""
+    selects = []
+    for key in FILTER_KEYS:
+        values = unique(c[key] for c in cases)
+        if key == "status":
+            values = [s for s in STATUSES if s in values] + [v for v in values if v not in STATUSES]
+        options = "".join(f'<option value="{escape(v)}">{escape(v)}</option>' for v in values)
+        selects.append(f'<label>{key} <select name="{key}"><option value="">all</option>{options}</select></label>')
+    return (
+        '<form id="filters" role="search" aria-label="filter cases">'
+        + "".join(selects)
+        + '<label><input type="checkbox" name="failures"> failures only</label>'
+        '<label title="matrix rows and columns in which every case is SKIP"><input type="checkbox" name="skips"> '
+        "all-SKIP matrix rows</label>"
+        '<button type="reset">clear</button>'
+        '<span id="shown-count" aria-live="polite">'
+        f'{len(cases)} cases</span><span class="nojs muted">(filters need JavaScript)</span></form>'
+    )
+
+
+def _matrix(cases: list[dict[str, Any]]) -> str:
+    """One closed section per model, models with a failing case first and open; the script draws a model's table
+    (rows layout x backend, columns shape x kind x dtype) when its section is first opened."""
+    if not cases:
+        return '<section id="matrix"><h2>Matrix</h2><p class="none">No cases in this run.</p></section>'
+    by_model: dict[str, list[str]] = {}
+    for case in cases:
+        by_model.setdefault(case["model"], []).append(case["status"])
+    failing = [model for model, statuses in by_model.items() if BAD.intersection(statuses)]
+    order = failing + [model for model in by_model if model not in failing]
+    sections = "".join(_model(model, by_model[model], model in failing) for model in order)
+    legend = "".join(badge(s) for s in (*STATUSES, "XPASS"))
+    return (
+        f'<section id="matrix"><h2>Matrix by model ({len(order)} models, {len(failing)} with failures)</h2>'
+        f'<div class="legend">{legend}<span class="muted">rows layout and backend, columns shape, kind and dtype; '
+        "cell: status, then max abs error (SSIM for image cases); hover for the reason, click or Enter for "
+        "details, arrow keys move between cells. Rows and columns in which every case is SKIP are left out "
+        f"unless asked for above.</span></div>{sections}"
+        '<p class="none no-match" hidden>No case matches the filters.</p></section>'
+    )
+
+
+def _model(model: str, statuses: list[str], open_: bool) -> str:
+    tally = {status: statuses.count(status) for status in unique(statuses)}
+    counts = " ".join(f'<span class="badge s-{escape(s)}">{n} {escape(s)}</span>'
+                      for s, n in sorted(tally.items(), key=lambda item: _order(item[0])))
+    return (f'<details class="model" data-model="{escape(model)}"{" open" if open_ else ""}><summary>'
+            f'<b class="model-name">{escape(model)}</b> <span class="muted">{len(statuses)} cases</span> {counts}'
+            '</summary><div class="model-body"></div></details>')
+
+
+def _order(status: str) -> int:
+    ranking = ("FAIL", "ERROR", "TIMEOUT", "XFAIL", "PASS", "SKIP")
+    return ranking.index(status) if status in ranking else -1

@@ -1,0 +1,139 @@
+"""The case lists of index.html: what needs a look one row per case, everything else summarised in groups.
+
+A full plan's thousands of SKIP and XFAIL cases say a few things many times over, so they are grouped by reason
+(a SKIP's reason, an XFAIL's known issue) with a count and exact id patterns; a group's rows are drawn by the page
+script only when it is opened. FAIL, ERROR, TIMEOUT, XPASS (and any status this page does not know) are listed
+first, one row each, always.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from html import escape
+from typing import Any
+
+from harness.run.report.data import BAD, STATUSES, issue_of, key_number, shown_status
+from harness.run.report.detail import badge
+from harness.run.report.idsets import compact
+
+ATTENTION = (*(status for status in STATUSES if status in BAD), "XPASS")
+PATTERN_CHARS = 1200  # past this many characters of id patterns a group says how many more there are
+
+
+@dataclass
+class Group:
+    """Cases sharing one reason; `key` names the group in the page's data (`g` in embed.encode)."""
+
+    key: str
+    title: str
+    members: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Lists:
+    """Every case in exactly one place: `attention` one by one, the others in their section's groups."""
+
+    attention: list[int]
+    xfail: list[Group]
+    skip: list[Group]
+    passing: list[Group]
+
+    def groups(self) -> dict[str, list[int]]:
+        return {group.key: group.members for group in (*self.xfail, *self.skip, *self.passing)}
+
+
+def split(cases: list[dict[str, Any]]) -> Lists:
+    """Failing and XPASS cases first (in that order of status, then plan order); XFAIL by known issue, SKIP by
+    reason, PASS with a note by note, plain PASS by model; the biggest group first."""
+    attention = sorted((i for i, case in enumerate(cases) if _needs_a_look(case)),
+                       key=lambda i: _rank(shown_status(cases[i])))
+    xfail, skip, noted, plain = {}, {}, {}, {}
+    for i, case in enumerate(cases):
+        status = shown_status(case)
+        if status == "XFAIL":
+            xfail.setdefault(issue_of(case), []).append(i)
+        elif status == "SKIP":
+            skip.setdefault(case["reason"], []).append(i)
+        elif status == "PASS" and case["reason"]:
+            noted.setdefault(case["reason"], []).append(i)
+        elif status == "PASS":
+            plain.setdefault(f"{case['model']}: passing", []).append(i)
+    passing = _groups("n", noted) + _groups("p", plain, by_size=False)
+    return Lists(attention, _groups("x", xfail), _groups("k", skip), passing)
+
+
+def _needs_a_look(case: dict[str, Any]) -> bool:
+    status = shown_status(case)
+    return status in ATTENTION or status not in STATUSES
+
+
+def _rank(status: str) -> int:
+    return ATTENTION.index(status) if status in ATTENTION else len(ATTENTION)
+
+
+def _groups(prefix: str, members: dict[str, list[int]], by_size: bool = True) -> list[Group]:
+    items = sorted(members.items(), key=lambda item: -len(item[1])) if by_size else list(members.items())
+    return [Group(f"{prefix}{n}", title, indices) for n, (title, indices) in enumerate(items)]
+
+
+def attention_section(cases: list[dict[str, Any]], indices: list[int], anchors: list[str]) -> str:
+    """One row per failing or XPASS case: status, id (opens the detail), its key number and its whole reason."""
+    tally = {}
+    for i in indices:
+        tally[shown_status(cases[i])] = tally.get(shown_status(cases[i]), 0) + 1
+    counts = ", ".join(f"{n} {status}" for status, n in tally.items())
+    heading = f"<h2>Needs a look ({len(indices)}{': ' + escape(counts) if counts else ''})</h2>"
+    if not indices:
+        return (f'<section id="failing">{heading}<p class="none">Nothing failed and no known issue stopped '
+                "reproducing.</p></section>")
+    rows = "".join(case_row(cases[i], i, anchors[i]) for i in indices)
+    return (f'<section id="failing">{heading}<table class="cases"><thead><tr><th scope="col">status</th>'
+            '<th scope="col">case</th><th scope="col">max abs / SSIM</th><th scope="col">reason</th></tr></thead>'
+            f'<tbody>{rows}</tbody></table><p class="none no-match" hidden>No case here matches the filters.</p>'
+            "</section>")
+
+
+def case_row(case: dict[str, Any], index: int, slug: str) -> str:
+    """The same row the page script draws in an opened group (script.py `caseRow`), so both look alike."""
+    status = shown_status(case)
+    return (f'<tr class="case-row" data-i="{index}"><td>{badge(status)}</td>'
+            f'<td><a class="case-link" href="#{escape(slug)}"><code>{escape(case["case_id"])}</code></a></td>'
+            f'<td class="n">{escape(key_number(case))}</td>'
+            f'<td><div class="reason-cell">{escape(case["reason"])}</div></td></tr>')
+
+
+def group_section(section_id: str, title: str, groups: list[Group], cases: list[dict[str, Any]], what: str,
+                  status: str) -> str:
+    """A heading with totals, then one closed <details> per group: count, reason, id patterns; rows on opening."""
+    total = sum(len(group.members) for group in groups)
+    heading = (f"<h2>{escape(title)} ({total} case{'' if total == 1 else 's'}, {len(groups)} {what}"
+               f"{'' if len(groups) == 1 else 's'})</h2>")
+    if not groups:
+        return f'<section id="{section_id}">{heading}<p class="none">None.</p></section>'
+    body = "".join(_group(group, cases, status) for group in groups)
+    return (f'<section id="{section_id}">{heading}{body}'
+            '<p class="none no-match" hidden>No case here matches the filters.</p></section>')
+
+
+def _group(group: Group, cases: list[dict[str, Any]], status: str) -> str:
+    count = len(group.members)
+    return (
+        f'<details class="group s-{status}" data-group="{group.key}"><summary><b class="n">{count}</b> '
+        f'<span class="why">{escape(group.title or "(no reason given)")}</span></summary>'
+        f'<div class="group-body">{patterns([cases[i]["case_id"] for i in group.members])}'
+        '<div class="rows"></div></div></details>'
+    )
+
+
+def patterns(case_ids: list[str]) -> str:
+    """A group's ids as exact brace patterns (idsets.compact), cut after PATTERN_CHARS characters."""
+    items, length = [], 0
+    pairs = compact(case_ids)
+    for pattern, count in pairs:
+        if items and length + len(pattern) > PATTERN_CHARS:
+            break
+        items.append(f"<li><code>{escape(pattern)}</code> ({count})</li>")
+        length += len(pattern)
+    more = len(pairs) - len(items)
+    tail = f'<li class="muted">\u2026 and {more} more pattern{"s" if more > 1 else ""}</li>' if more else ""
+    return f'<ul class="patterns" aria-label="which cases">{"".join(items)}{tail}</ul>'

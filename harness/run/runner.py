@@ -1,0 +1,189 @@
+"""One `harness run`: plan, capture what is missing, launch by world size, judge, write the matrix."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.core import environment
+from harness.core.records import GroupSpec, Outcome
+from harness.core.reference import reference_path
+from harness.core.results import CaseResult, Status, write_results
+from harness.kinds import Policy
+from harness.run import matrix
+from harness.run.capture import ensure_references
+from harness.run.known_issues import load_known_issues
+from harness.run.launch import group_by_world_size, run_group
+from harness.run.plan import PlannedCase, build_plan, uncovered_rows
+from harness.run.report import render_html
+from harness.run.report.images import prune_images
+from harness.run.settings import Settings
+from harness.run.verdict import apply_expected_refusal, apply_known_issues, judge, skipped
+
+PARTIAL = "results.partial.jsonl"
+
+
+@dataclass
+class RunSummary:
+    results: list[CaseResult]
+    header: dict
+    exit_code: int
+
+
+def plan_from(settings: Settings, fault: str | None = None) -> list[PlannedCase]:
+    plan = build_plan(settings.models, settings.layouts, settings.backends, settings.dtypes, settings.shapes,
+                      settings.cpu_max_ranks, fault, settings.kinds, settings.weights, settings.check_refusals)
+    return plan + uncovered_rows()
+
+
+def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
+        echo: Callable[[str], None] = print, capture_missing: bool = True) -> RunSummary:
+    started, clock = datetime.datetime.now().isoformat(timespec="seconds"), time.monotonic()
+    report_dir = settings.path("report_dir")
+    report_dir.mkdir(parents=True, exist_ok=True)
+    runnable = [p.case for p in plan if p.skip_reason is None]
+    metas = ensure_references(runnable, settings.path("references"), echo, capture_missing)
+    issues = load_known_issues(settings.path("known_issues"))
+    versions = _versions(metas)
+    if versions["version_mismatch"]:  # said before the cases run too: every verdict below is against it
+        echo(f"note: {versions['version_mismatch']}")
+    done = _resume(report_dir, resume, echo)
+    if not done:
+        _clear_previous(report_dir, echo)
+    todo = [case for case in runnable if case.case_id not in done]
+    echo(f"plan: {len(plan)} cases, {len(runnable)} to run, {len(plan) - len(runnable)} skipped at plan time"
+         + (f", {len(runnable) - len(todo)} kept from the interrupted run" if done else ""))
+    refusals = {p.case.case_id: p.expected_refusal for p in plan if p.expected_refusal is not None}
+    launches = _launch_all(todo, settings, report_dir, issues, refusals, done, echo)
+    results = [done.get(p.case.case_id) or skipped(p.case, p.skip_reason) for p in plan]
+    header = _header(settings, versions, results, started, time.monotonic() - clock, launches)
+    write_reports(report_dir, results, header)
+    (report_dir / PARTIAL).unlink(missing_ok=True)
+    if header["version_mismatch"]:
+        echo(f"note: {header['version_mismatch']}")
+    echo(matrix.terminal(results))
+    echo(f"reports: {report_dir / 'index.html'}, {report_dir / 'matrix.csv'}, {report_dir / 'matrix.md'}")
+    return RunSummary(results, header, 1 if any(r.status.is_bad for r in results) else 0)
+
+
+def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: dict, done: dict, echo) -> int:
+    workdir = report_dir / "work"
+    shutil.rmtree(workdir, ignore_errors=True)
+    total, launches = len(done) + len(cases), 0  # cases kept by --resume count as done
+    group = GroupSpec("", str(settings.path("references")), str(report_dir / "images"), [])
+    with open(report_dir / PARTIAL, "a") as partial:
+        def on_outcome(outcome: Outcome) -> None:
+            dtype = outcome.case.dtype
+            policy = Policy(settings.tolerance_for(dtype), settings.budget_factor, settings.image_limit(dtype),
+                            settings.budget_max_factor)
+            result = judge(outcome, policy)
+            result = apply_known_issues(apply_expected_refusal(result, refusals.get(result.case_id)), issues)
+            prune_images(result, report_dir / "images", settings.images)
+            done[result.case_id] = result
+            partial.write(json.dumps(result.to_dict()) + "\n")
+            partial.flush()
+            echo(_progress_line(len(done), result, total))
+
+        for world_size, members in group_by_world_size(cases).items():
+            echo(f"launching {len(members)} case(s) on {world_size} rank(s)")
+            timeout = settings.case_timeout or _auto_timeout(members, settings.path("references"))
+            launches += run_group(members, group, workdir, timeout, on_outcome)
+    return launches
+
+
+def _auto_timeout(cases, root: Path) -> float:
+    """300 s, plus 60 s per GB of the largest reference's weights: a wide margin, since a hang is found by the
+    stall detection (harness.run.launch) long before; this bound is for a group that spins without progress."""
+    sizes = [reference_path(root, c.model, c.shape, c.kind).stat().st_size for c in cases
+             if reference_path(root, c.model, c.shape, c.kind).exists()]
+    return 300.0 + 60.0 * max(sizes, default=0) / 2**30
+
+
+def _progress_line(index: int, result: CaseResult, total: int) -> str:
+    number = f" max_abs_err={result.max_abs_err:.2e}" if result.max_abs_err is not None else ""
+    reason = f"  ({_shorten(result.reason)})" if result.reason and result.status is not Status.PASS else ""
+    seconds = f" {result.seconds:.2f}s" if result.seconds is not None else ""
+    return f"[{index}/{total}] {result.status.value:7s} {result.case_id}{number}{seconds}{reason}"
+
+
+def _shorten(text: str, limit: int = 110) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _clear_previous(report_dir: Path, echo) -> None:
+    """A new run replaces the reports of the last one in this folder, PNGs included (none may outlive its case)."""
+    if (report_dir / "results.json").exists():
+        echo(f"note: replacing the previous run's reports in {report_dir} (--report-dir DIR keeps them)")
+    shutil.rmtree(report_dir / "images", ignore_errors=True)
+
+
+def _resume(report_dir: Path, resume: bool, echo=print) -> dict[str, CaseResult]:
+    """Finished cases of an interrupted run, when asked to resume; otherwise start clean."""
+    path = report_dir / PARTIAL
+    if not resume:
+        path.unlink(missing_ok=True)
+        return {}
+    if not path.exists():
+        echo(f"note: nothing to resume in {report_dir} (no {PARTIAL}): running the whole plan")
+        return {}
+    kept = {}
+    if path.exists():
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                result = CaseResult.from_dict(json.loads(line))
+            except (ValueError, TypeError):  # blank, or torn by a run killed mid-write: that case reruns
+                continue
+            kept[result.case_id] = result
+    return kept
+
+
+def _versions(metas) -> dict:
+    """This run's environment, the references' (the first one's), and what differs between them."""
+    here = environment.describe()
+    reference_env = {}
+    for meta in metas.values():
+        reference_env = {key: meta.get(key) for key in here}
+        break
+    mismatch = [f"{key} {reference_env.get(key)} (references) vs {here[key]} (this run)"
+                for key in ("torch", "diffusers", "diffusers_commit")
+                if reference_env and reference_env.get(key) != here[key]]
+    return {
+        "environment": here,
+        "reference_environment": reference_env,
+        "version_mismatch": ("references come from another version: " + "; ".join(mismatch)) if mismatch else "",
+    }
+
+
+def _header(settings, versions, results, started, wall_s, launches) -> dict:
+    return {
+        **versions,
+        "counts": matrix.counts(results),
+        "settings": {key: value for key, value in settings.values.items()},
+        "tolerances": settings.tolerance,
+        "world_sizes": sorted({r.world_size for r in results}),
+        "started": started,
+        "wall_s": round(wall_s, 2),
+        "launches": launches,
+    }
+
+
+def write_reports(report_dir: Path, results: list[CaseResult], header: dict) -> None:
+    write_results(report_dir / "results.json", results, header)
+    matrix.write_csv(results, report_dir / "matrix.csv")
+    lines = [f"diffusers {header['environment']['diffusers']}, torch {header['environment']['torch']}, "
+             f"{header['environment']['device']}", ""]
+    if header.get("version_mismatch"):
+        lines += [f"> {header['version_mismatch']}", ""]
+    text = matrix.markdown(results, lines)
+    (report_dir / "matrix.md").write_text(text)
+    render_html(report_dir)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as handle:
+            handle.write(text)

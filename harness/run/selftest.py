@@ -1,0 +1,89 @@
+"""`harness selftest`: prove on this stack that a PASS means something.
+
+Runs real cases with deliberate bugs (harness.rank.faults) next to the same cases without them. The harness passes
+its own test only if every faulty case is FAIL for the expected reason and every clean twin is PASS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from harness.core.layouts import parse_layout
+from harness.core.records import Case, case_id
+from harness.core.results import Status
+from harness.run import runner
+from harness.run.plan import PlannedCase, max_ranks, skip_reason
+from harness.run.settings import Settings
+
+
+@dataclass(frozen=True)
+class Control:
+    model: str
+    layout: str
+    backend: str
+    dtype: str
+    fault: str
+    expected: str  # what the FAIL reason must say
+    kind: str = "tensor"
+
+    @property
+    def clean_id(self) -> str:
+        return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind)
+
+    @property
+    def name(self) -> str:
+        return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind, self.fault)
+
+
+CONTROLS = [
+    Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "> tolerance"),
+    Control("flux", "ring2", "_native_flash", "fp32", "cp_local_attention", "> tolerance"),
+    Control("flux", "ulysses2", "native", "bf16", "cp_local_attention", "error budget"),
+    Control("flux", "ring2", "_native_flash", "bf16", "extra_rounding", "error budget"),
+    Control("qwenimage", "ulysses2", "native", "fp32", "cp_local_attention", "> tolerance"),
+    Control("flux", "tp2", "native", "fp32", "tp_skip_allreduce", "> tolerance"),
+    Control("flux2", "tp2", "native", "fp32", "tp_skip_allreduce", "> tolerance"),
+    Control("flux", "single", "_native_math", "fp32", "redirect_dispatch", "requested _native_math, dispatched native"),
+    Control("flux", "tp2", "_native_math", "fp32", "math_runs_flash", "but kernel(s) aten::_scaled_dot_product_flash"),
+    Control("flux", "single", "native", "fp32", "scaled_softmax", "> tolerance"),
+    Control("flux", "tp2", "native", "fp32", "rope_sign", "> tolerance"),  # diffusers changed: layouts still agree
+    Control("flux", "ulysses2", "native", "fp32", "rank1_diverges", "rank 1's output differs from rank 0's"),
+    Control("flux", "ulysses2", "native", "bf16", "bf16_few_tokens", "error budget: max abs err"),
+    Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "vs fp32 reference: ssim", "image"),
+    Control("flux", "ulysses2", "native", "bf16", "cp_local_attention", "vs single-device bf16: ssim", "image"),
+    Control("qwenimage", "tp2", "native", "fp32", "tp_skip_allreduce", "vs fp32 reference: ssim", "image"),
+]
+
+
+def control_plan(cpu_max_ranks: int, controls=tuple(CONTROLS)) -> list[PlannedCase]:
+    plan, seen, limit = [], set(), max_ranks(cpu_max_ranks)
+    for control in controls:
+        faulty = Case(control.model, parse_layout(control.layout), control.backend, control.dtype,
+                      kind=control.kind, fault=control.fault)
+        for case in (replace(faulty, fault=None), faulty):
+            if case.case_id not in seen:
+                seen.add(case.case_id)
+                plan.append(PlannedCase(case, skip_reason(case, limit)))
+    return plan
+
+
+def caught(control: Control, by_id: dict) -> bool:
+    clean, faulty = by_id[control.clean_id], by_id[control.name]
+    return faulty.status is Status.FAIL and control.expected in faulty.reason and clean.status is Status.PASS
+
+
+def selftest(settings: Settings, echo: Callable[[str], None] = print) -> int:
+    summary = runner.run(settings, control_plan(settings.cpu_max_ranks), echo=echo)
+    by_id = {result.case_id: result for result in summary.results}
+    echo("\nselftest: each deliberate bug must FAIL, and its clean twin must PASS")
+    ok = True
+    for control in CONTROLS:
+        found = caught(control, by_id)
+        ok &= found
+        faulty = by_id[control.name]
+        echo(f"  {'caught' if found else 'MISSED'}  {control.fault:20s} {control.clean_id:42s} "
+             f"clean={by_id[control.clean_id].status.value} faulty={faulty.status.value}  {faulty.reason[:90]}")
+    echo("selftest passed: the harness caught every deliberate bug" if ok else
+         "selftest FAILED: a deliberate bug went unreported, so a PASS from this stack proves nothing")
+    return 0 if ok else 1

@@ -1,0 +1,109 @@
+"""Turn what a case produced into a verdict: errors and timeouts as they came, the numbers by the case's kind, then
+the proof of what ran (a wrong backend fails even when its numbers agree), then expected refusals and known issues.
+"""
+
+from __future__ import annotations
+
+from harness.core.records import Outcome
+from harness.core.results import CaseResult, Status
+from harness.kinds import Policy, kind_of
+from harness.rank.kernels import dispatch_mismatch, kernel_mismatch
+from harness.run.known_issues import KnownIssue, find
+
+
+def base_result(case) -> CaseResult:
+    return CaseResult(case.case_id, case.model, case.shape, case.kind, case.layout.name, case.world_size,
+                      case.backend, case.dtype)
+
+
+def judge(outcome: Outcome, policy: Policy) -> CaseResult:
+    result, record = base_result(outcome.case), outcome.record
+    result.seconds, result.peak_mem_mb = record.seconds, record.peak_mem_mb
+    timings = {"peak_mem_mb_per_rank": record.peak_mem_mb_per_rank, "seconds_per_rank": record.seconds_per_rank,
+               "forward_s": record.forward_s}
+    result.extra.update({key: value for key, value in timings.items() if value not in (None, [])})
+    result.dispatched = _counts(record.dispatched)
+    result.kernels = _counts(record.kernels or {})
+    if record.timeout:
+        result.status, result.reason = Status.TIMEOUT, record.error or "case timeout"
+        return result
+    if record.failed:
+        result.status = Status.ERROR
+        result.reason = record.error if record.error_rank is None else f"rank {record.error_rank}: {record.error}"
+        if record.traceback:
+            result.extra["traceback"] = record.traceback
+        return result
+    result.status, result.reason = kind_of(outcome.case.kind).judge(result, record.metrics, policy)
+    if result.status is Status.ERROR:  # the kind could not judge it (a failed baseline): nothing to add
+        return result
+    integrity = _integrity_failure(result, record)
+    if integrity is not None:  # what rank 0's numbers cannot show: other ranks' outputs, the output's type
+        numbers = f"; rank 0: {result.reason or 'within tolerance'}"
+        result.status, result.reason = Status.FAIL, integrity + numbers
+    proof = _proof_failure(outcome.case.backend, record)
+    if proof is not None:  # a wrong backend fails even when its numbers happen to agree
+        numbers = f"; numbers: {result.reason or 'within tolerance'}"
+        result.status, result.reason = Status.FAIL, proof + numbers
+    return result
+
+
+def _integrity_failure(result: CaseResult, record) -> str | None:
+    """A rank whose output differs from rank 0's by more than the case's tolerance, or an output that is still a
+    DTensor (a Shard or Partial placement diffusers should have gathered or reduced; `full_tensor()` would repair
+    it silently)."""
+    if record.rank_max_diff:
+        result.extra["rank_max_diff"] = record.rank_max_diff
+    if record.output_placements is not None:
+        result.extra["output_placements"] = record.output_placements
+        return f"the model returned a DTensor {record.output_placements} where diffusers returns a plain tensor"
+    for rank, difference in enumerate(record.rank_max_diff):
+        if difference is None:
+            return f"rank {rank}'s output has another shape than rank 0's"
+        if not difference <= (result.tolerance or 0.0):
+            return f"rank {rank}'s output differs from rank 0's by {difference:.3g} (tolerance {result.tolerance:.3g})"
+    return None
+
+
+def _proof_failure(backend: str, record) -> str | None:
+    mismatch = dispatch_mismatch(backend, record.dispatched)
+    if mismatch is None and record.kernels is not None:
+        mismatch = kernel_mismatch(backend, record.kernels)
+    return mismatch
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return " ".join(f"{name}:{count}" for name, count in sorted(counts.items()))
+
+
+def apply_expected_refusal(result: CaseResult, refusal) -> CaseResult:
+    """A case the plan expected diffusers to refuse: the refusal seen is XFAIL; anything else is judged as it is
+    (a backend that runs where diffusers should refuse is exactly what must not pass unseen)."""
+    if refusal is None:
+        return result
+    if result.status is Status.ERROR and refusal.seen_in(result.reason):
+        result.extra["observed"] = f"{result.status.value}: {result.reason}"
+        result.status, result.reason = Status.XFAIL, f"expected refusal: {refusal.reason}; observed {result.reason}"
+    elif result.status is Status.PASS:
+        result.reason = f"diffusers ran it although a refusal was expected ({refusal.reason}); judged as usual"
+    return result
+
+
+def apply_known_issues(result: CaseResult, issues: list[KnownIssue]) -> CaseResult:
+    """FAIL/ERROR on a listed case becomes XFAIL with the listed reason; a listed case that passes says so."""
+    failed = result.status in (Status.FAIL, Status.ERROR)
+    issue = find(issues, result.case_id, result.reason if failed else None)
+    if issue is None:
+        return result
+    if failed:
+        result.extra["observed"] = f"{result.status.value}: {result.reason}"
+        result.status, result.reason = Status.XFAIL, f"{issue.describe()}; observed {result.reason}"
+    elif result.status is Status.PASS:
+        result.reason = f"known issue no longer reproduces (XPASS): {issue.reason}"
+        result.extra["xpass"] = True
+    return result
+
+
+def skipped(case, reason: str) -> CaseResult:
+    result = base_result(case)
+    result.status, result.reason = Status.SKIP, reason
+    return result
