@@ -78,12 +78,35 @@ def parity_results(request):
     config = request.config
     capture = config.pluginmanager.getplugin("capturemanager")
     try:
+        settings = settings_from(config)
         with capture.global_and_fixture_disabled():
-            summary = runner.run(settings_from(config), config.stash.get(SELECTED, []), capture_missing=False,
+            summary = runner.run(settings, config.stash.get(SELECTED, []), capture_missing=False,
                                  echo=lambda line: print(line, flush=True))
     except HarnessError as error:
         return error
-    return {result.case_id: result for result in summary.results}
+    results = ParityResults({result.case_id: result for result in summary.results})
+    results.xfail_strict = settings.xfail_strict
+    return results
+
+
+class ParityResults(dict):
+    """The shared run's results by case id, and whether an XPASS fails its item (`xfail_strict`)."""
+
+    xfail_strict = False
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A parity item whose known issue no longer reproduces passes as pytest's own XPASS (unless strict)."""
+    outcome = yield
+    report = outcome.get_result()
+    results = getattr(item, "funcargs", {}).get("parity_results")
+    planned = getattr(item, "funcargs", {}).get("parity_case")
+    if report.when != "call" or not report.passed or not isinstance(results, dict) or planned is None:
+        return
+    result = results.get(planned.case.case_id)
+    if result is not None and result.status.value == "XPASS":
+        report.wasxfail = result.reason
 
 
 @pytest.fixture
@@ -119,6 +142,10 @@ def check_parity(planned, results) -> None:
         pytest.skip(result.reason)
     if result.status is Status.XFAIL:
         pytest.xfail(result.reason)
+    if result.status is Status.XPASS:
+        if results.xfail_strict:
+            pytest.fail(f"{result.case_id}: XPASS(strict): {result.reason}", pytrace=False)
+        return  # reported as XPASS by pytest_runtest_makereport
     if result.status.is_bad:
         numbers = ""
         if result.max_abs_err is not None:

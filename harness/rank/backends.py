@@ -6,8 +6,11 @@ import contextlib
 import functools
 import warnings
 from collections import Counter
+from dataclasses import dataclass
 
 import torch
+
+from harness.core.backend_names import EVERY_DEVICE
 
 
 def registry():
@@ -37,12 +40,23 @@ def default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
-@functools.cache
 def unavailable_reason(name: str, dtype: str = "bf16", device_type: str | None = None) -> str | None:
-    """None when a tiny real call through diffusers' dispatcher succeeds here in `dtype`; otherwise why not.
+    """None when the backend runs here in `dtype`; otherwise why not (a broken backend's error included)."""
+    return probe(name, dtype, device_type).reason
 
-    Cached per process: the probe costs milliseconds, but a plan asks once per case.
-    """
+
+@dataclass(frozen=True)
+class Probe:
+    """What a tiny real call through diffusers' dispatcher said: usable (no reason), unavailable here (a SKIP), or
+    broken (`broken`: a backend that runs on every device raised, which is an ERROR, never a SKIP)."""
+
+    reason: str | None = None
+    broken: bool = False
+
+
+@functools.cache
+def probe(name: str, dtype: str = "bf16", device_type: str | None = None) -> Probe:
+    """Cached per process: the probe costs milliseconds, but a plan asks once per case."""
     from diffusers.models.attention_dispatch import (
         AttentionBackendName,
         _check_attention_backend_requirements,
@@ -55,20 +69,22 @@ def unavailable_reason(name: str, dtype: str = "bf16", device_type: str | None =
     try:
         backend = AttentionBackendName(name)
     except ValueError:
-        return f"not an attention backend of this diffusers: {name}"
+        return Probe(f"not an attention backend of this diffusers: {name}")
     try:
         _check_attention_backend_requirements(backend)
-    except RuntimeError as error:
-        return first_line(error)
+    except RuntimeError as error:  # a package missing or too old: diffusers' own words
+        return Probe(first_line(error))
     query = torch.randn(1, 8, 2, 16, device=device)
     try:
         with warnings.catch_warnings(), quiet_dispatch():
             warnings.simplefilter("ignore")
             dispatch_attention_fn(*(query.to(torch_dtype(dtype)),) * 3, backend=backend)
-    except Exception as error:  # noqa: BLE001 - any failure of the probe is the reason to report
+    except Exception as error:  # noqa: BLE001 - each failure is reported, as a SKIP or as a broken backend
+        if name in EVERY_DEVICE:
+            return Probe(f"the {name} backend's probe failed ({dtype}, {device.type}): {first_line(error)}", True)
         prefix = "needs CUDA: " if device.type != "cuda" else ""
-        return prefix + first_line(error)
-    return None
+        return Probe(prefix + first_line(error))
+    return Probe()
 
 
 @contextlib.contextmanager

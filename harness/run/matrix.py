@@ -101,7 +101,7 @@ def terminal(results: list[CaseResult], width: int = WIDTH) -> str:
     everything = _by(results, lambda r: r.model)
     for model, group in _by(shown, lambda r: r.model).items():
         lines += _block(f"{model}: {counts_line(everything[model])}", group, width)
-    failing = [r for r in results if r.status.is_bad]
+    failing = [r for r in results if r.status.needs_a_look]
     if failing:
         lines.append(f"failing ({len(failing)}):")
         lines += [_clip(f"  {r.status.value:7s} {r.case_id}  {_one_line(r.reason)}", width) for r in failing]
@@ -177,7 +177,7 @@ def markdown(results: list[CaseResult], header_lines: list[str] = ()) -> str:
             tally = counts(group)
             row = [_mark(status, tally[status]) for status in statuses]
             lines.append(f"| {_md(model, 60)} | {len(group)} | " + " | ".join(row) + " |")
-    failing = [r for r in results if r.status.is_bad]
+    failing = [r for r in results if r.status.needs_a_look]
     if failing:
         lines += ["", f"### Failing ({len(failing)})", "", "| case | status | reason |", "|---|---|---|"]
         lines += [f"| `{r.case_id}` | **{r.status.value}** | {_md(r.reason)} |" for r in failing]

@@ -34,6 +34,11 @@ class PlannedCase:
     case: Case
     skip_reason: str | None = None
     expected_refusal: Refusal | None = None  # the case runs, and diffusers refusing it with this text is XFAIL
+    plan_error: str | None = None  # known before launch to be broken (a probe that must succeed failed): ERROR
+
+    @property
+    def runs(self) -> bool:
+        return self.skip_reason is None and self.plan_error is None
 
 
 def max_ranks(cpu_max_ranks: int) -> int:
@@ -58,7 +63,8 @@ def skip_reason(case: Case, rank_limit: int) -> str | None:
     unavailable = kind_of(case.kind).unavailable()
     if unavailable is not None:
         return unavailable
-    return backend_info.unavailable_reason(case.backend, case.dtype)
+    found = backend_info.probe(case.backend, case.dtype)
+    return None if found.broken else found.reason  # a broken backend is not a SKIP: see `_planned`
 
 
 def predicted_refusal(case: Case) -> Refusal | None:
@@ -128,6 +134,10 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
 
 def _planned(case: Case, limit: int, check_refusals: bool) -> PlannedCase:
     reason = skip_reason(case, limit)
+    if reason is None and case.backend != "-":
+        found = backend_info.probe(case.backend, case.dtype)
+        if found.broken:
+            return PlannedCase(case, plan_error=found.reason)
     refusal = predicted_refusal(case) if reason is None else None
     if refusal is not None and not check_refusals:
         return PlannedCase(case, f"{refusal.reason}; --check-refusals runs it to see diffusers refuse")
@@ -136,9 +146,10 @@ def _planned(case: Case, limit: int, check_refusals: bool) -> PlannedCase:
 
 def uncovered_rows() -> list[PlannedCase]:
     """A SKIP row for every class of the installed diffusers with a parallel plan but no harness spec, so a model
-    that gains `_cp_plan` or `_tp_plan` upstream is visible in the matrix the day it lands."""
+    that gains `_cp_plan` or `_tp_plan` upstream is visible in the matrix the day it lands; an ERROR row for every
+    transformer module that does not even import here (its classes could not be looked at)."""
     from harness.catalogue.zoo import NOT_COVERED
-    from harness.catalogue.zoo.discover import parallel_classes
+    from harness.catalogue.zoo.discover import import_failures, parallel_classes
 
     rows = []
     for row in parallel_classes():
@@ -146,4 +157,7 @@ def uncovered_rows() -> list[PlannedCase]:
             reason = NOT_COVERED.get(row["class_name"], "no harness spec yet (add one under harness/catalogue/zoo/)")
             case = Case(row["class_name"], Layout("-"), "-", "-")
             rows.append(PlannedCase(case, f"not covered: {row['class_name']} has a parallel plan; {reason}"))
+    for module, error in import_failures():
+        case = Case(module.rsplit(".", 1)[-1], Layout("-"), "-", "-")
+        rows.append(PlannedCase(case, plan_error=f"could not import {module}: {error}"))
     return rows

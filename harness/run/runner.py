@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core import environment
+from harness.core.errors import HarnessError
 from harness.core.records import GroupSpec, Outcome
 from harness.core.reference import reference_path
 from harness.core.results import CaseResult, Status, write_results
@@ -24,7 +25,7 @@ from harness.run.plan import PlannedCase, build_plan, uncovered_rows
 from harness.run.report import render_html
 from harness.run.report.images import prune_images
 from harness.run.settings import Settings
-from harness.run.verdict import apply_expected_refusal, apply_known_issues, judge, skipped
+from harness.run.verdict import apply_expected_refusal, apply_known_issues, judge, not_run
 
 PARTIAL = "results.partial.jsonl"
 
@@ -47,13 +48,14 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     started, clock = datetime.datetime.now().isoformat(timespec="seconds"), time.monotonic()
     report_dir = settings.path("report_dir")
     report_dir.mkdir(parents=True, exist_ok=True)
-    runnable = [p.case for p in plan if p.skip_reason is None]
+    runnable = [p.case for p in plan if p.runs]
     metas = ensure_references(runnable, settings.path("references"), echo, capture_missing)
     issues = load_known_issues(settings.path("known_issues"))
     versions = _versions(metas)
     if versions["version_mismatch"]:  # said before the cases run too: every verdict below is against it
         echo(f"note: {versions['version_mismatch']}")
-    done = _resume(report_dir, resume, echo)
+    fingerprint = _fingerprint(settings, versions, metas)
+    done = _resume(report_dir, resume, echo, fingerprint)
     if not done:
         _clear_previous(report_dir, echo)
     todo = [case for case in runnable if case.case_id not in done]
@@ -61,15 +63,32 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
          + (f", {len(runnable) - len(todo)} kept from the interrupted run" if done else ""))
     refusals = {p.case.case_id: p.expected_refusal for p in plan if p.expected_refusal is not None}
     launches = _launch_all(todo, settings, report_dir, issues, refusals, done, echo)
-    results = [done.get(p.case.case_id) or skipped(p.case, p.skip_reason) for p in plan]
+    results = [done.get(p.case.case_id) or not_run(p) for p in plan]
     header = _header(settings, versions, results, started, time.monotonic() - clock, launches)
+    header["known_issues_unmatched"] = _unmatched(issues, results)
+    if settings.plan == "full" and header["known_issues_unmatched"]:  # the full plan is what the entries are for
+        echo(f"note: {len(header['known_issues_unmatched'])} known-issue entries matched no case of the full plan "
+             f"(remove or fix them): {'; '.join(header['known_issues_unmatched'])}")
     write_reports(report_dir, results, header)
     (report_dir / PARTIAL).unlink(missing_ok=True)
     if header["version_mismatch"]:
         echo(f"note: {header['version_mismatch']}")
     echo(matrix.terminal(results))
     echo(f"reports: {report_dir / 'index.html'}, {report_dir / 'matrix.csv'}, {report_dir / 'matrix.md'}")
-    return RunSummary(results, header, 1 if any(r.status.is_bad for r in results) else 0)
+    failed = any(r.status.is_failure(settings.xfail_strict) for r in results)
+    unchecked = _no_parallel_ran(plan, results) and not settings.allow_no_parallel
+    if unchecked:
+        echo("WARNING: no case with more than one rank ran: every parallel layout of the plan was SKIP (see the "
+             "reasons above), so this run checked no parallel parity at all. Exit 1; pass --allow-no-parallel if "
+             "that is what you meant.")
+    return RunSummary(results, header, 1 if failed or unchecked else 0)
+
+
+def _no_parallel_ran(plan: list[PlannedCase], results: list[CaseResult]) -> bool:
+    """The plan asked for parallel layouts and none of its cases with more than one rank ran."""
+    asked = any(p.case.world_size > 1 for p in plan)
+    ran = any(r.world_size > 1 and r.status is not Status.SKIP for r in results)
+    return asked and not ran
 
 
 def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: dict, done: dict, echo) -> int:
@@ -123,24 +142,50 @@ def _clear_previous(report_dir: Path, echo) -> None:
     shutil.rmtree(report_dir / "images", ignore_errors=True)
 
 
-def _resume(report_dir: Path, resume: bool, echo=print) -> dict[str, CaseResult]:
-    """Finished cases of an interrupted run, when asked to resume; otherwise start clean."""
+def _fingerprint(settings: Settings, versions: dict, metas: dict) -> str:
+    """What a kept verdict depends on: the options (where the reports go and how long a case may take aside), the
+    versions of this run and the references' checksums."""
+    import hashlib
+
+    options = {key: value for key, value in settings.values.items() if key not in ("report_dir", "case_timeout")}
+    checksums = {"/".join(key): meta.get("checksum") for key, meta in sorted(metas.items())}
+    payload = json.dumps([options, versions["environment"], checksums], sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _resume(report_dir: Path, resume: bool, echo=print, fingerprint: str = "") -> dict[str, CaseResult]:
+    """Finished cases of an interrupted run, when asked to resume and made under the same options, versions and
+    references; otherwise start clean. The partial file's first line is that run's fingerprint."""
     path = report_dir / PARTIAL
     if not resume:
         path.unlink(missing_ok=True)
+        path.write_text(json.dumps({"fingerprint": fingerprint}) + "\n")
         return {}
     if not path.exists():
         echo(f"note: nothing to resume in {report_dir} (no {PARTIAL}): running the whole plan")
+        path.write_text(json.dumps({"fingerprint": fingerprint}) + "\n")
         return {}
+    lines = path.read_text(errors="replace").splitlines()
+    first = _json(lines[0]) if lines else None
+    if not isinstance(first, dict) or first.get("fingerprint") != fingerprint:
+        raise HarnessError(f"cannot --resume the run in {report_dir}: its options, diffusers/torch versions or "
+                           "references differ from this run's (its verdicts would not be this run's); rerun without "
+                           "--resume")
     kept = {}
-    if path.exists():
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                result = CaseResult.from_dict(json.loads(line))
-            except (ValueError, TypeError):  # blank, or torn by a run killed mid-write: that case reruns
-                continue
-            kept[result.case_id] = result
+    for line in lines[1:]:
+        try:
+            result = CaseResult.from_dict(json.loads(line))
+        except (ValueError, TypeError):  # blank, or torn by a run killed mid-write: that case reruns
+            continue
+        kept[result.case_id] = result
     return kept
+
+
+def _json(line: str):
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 def _versions(metas) -> dict:
@@ -158,6 +203,13 @@ def _versions(metas) -> dict:
         "reference_environment": reference_env,
         "version_mismatch": ("references come from another version: " + "; ".join(mismatch)) if mismatch else "",
     }
+
+
+def _unmatched(issues, results: list[CaseResult]) -> list[str]:
+    """Entries of the installed release that turned no case into XFAIL or XPASS: evidence of nothing."""
+    used = {str(r.extra.get("known_issue")) for r in results if "known_issue" in r.extra}
+    return [str(issue.match) for issue in issues
+            if issue.covers() and str(issue.match if isinstance(issue.match, str) else list(issue.match)) not in used]
 
 
 def _header(settings, versions, results, started, wall_s, launches) -> dict:

@@ -44,6 +44,7 @@ def judge(outcome: Outcome, policy: Policy) -> CaseResult:
     if proof is not None:  # a wrong backend fails even when its numbers happen to agree
         numbers = f"; numbers: {result.reason or 'within tolerance'}"
         result.status, result.reason = Status.FAIL, proof + numbers
+        result.extra["proof_failure"] = True
     return result
 
 
@@ -89,21 +90,30 @@ def apply_expected_refusal(result: CaseResult, refusal) -> CaseResult:
 
 
 def apply_known_issues(result: CaseResult, issues: list[KnownIssue]) -> CaseResult:
-    """FAIL/ERROR on a listed case becomes XFAIL with the listed reason; a listed case that passes says so."""
+    """FAIL/ERROR on a listed case becomes XFAIL with the listed reason; a listed case that passes is XPASS. A proof
+    failure (a wrong backend or kernel ran) is never a known issue: the numbers behind it are not the case's own."""
+    if result.extra.get("proof_failure"):
+        return result
     failed = result.status in (Status.FAIL, Status.ERROR)
-    issue = find(issues, result.case_id, result.reason if failed else None)
+    issue = find(issues, result.case_id, result.reason if failed else None, status=result.status.value,
+                 max_abs_err=result.max_abs_err)
     if issue is None:
         return result
+    result.extra["known_issue"] = issue.match if isinstance(issue.match, str) else list(issue.match)
     if failed:
         result.extra["observed"] = f"{result.status.value}: {result.reason}"
         result.status, result.reason = Status.XFAIL, f"{issue.describe()}; observed {result.reason}"
     elif result.status is Status.PASS:
-        result.reason = f"known issue no longer reproduces (XPASS): {issue.reason}"
-        result.extra["xpass"] = True
+        result.status = Status.XPASS
+        result.reason = f"known issue no longer reproduces (XPASS): {issue.reason}; remove or narrow its entry"
     return result
 
 
-def skipped(case, reason: str) -> CaseResult:
-    result = base_result(case)
-    result.status, result.reason = Status.SKIP, reason
+def not_run(planned) -> CaseResult:
+    """A case decided at plan time: SKIP with its reason, or ERROR when what it needs is known to be broken."""
+    result = base_result(planned.case)
+    if planned.plan_error is not None:
+        result.status, result.reason = Status.ERROR, planned.plan_error
+    else:
+        result.status, result.reason = Status.SKIP, planned.skip_reason
     return result

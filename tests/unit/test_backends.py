@@ -41,17 +41,17 @@ def test_probe_reasons_on_cpu():
 
 def test_probe_runs_once_per_backend_and_dtype():
     """A plan asks once per case; the probe (a real dispatch) must run once per (backend, dtype), then be cached."""
-    backends.unavailable_reason.cache_clear()
+    backends.probe.cache_clear()
     for _ in range(3):
         for name in ("native", "_native_math", "_native_flash"):
             backends.unavailable_reason(name, "bf16")
-    info = backends.unavailable_reason.cache_info()
+    info = backends.probe.cache_info()
     assert (info.misses, info.hits) == (3, 6)
 
 
 def test_probe_calls_do_not_count_as_dispatches():
     backends.install_dispatch_counters()
     backends.reset_dispatches()
-    backends.unavailable_reason.cache_clear()
+    backends.probe.cache_clear()
     backends.unavailable_reason("native", "fp32")
     assert backends.dispatches() == {}

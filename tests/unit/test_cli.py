@@ -72,3 +72,17 @@ def test_capture_keeps_existing_unless_forced(project):
     assert "kept" in harness("capture", "--models", "qwenimage", cwd=project).stdout
     assert path.stat().st_mtime_ns == stamp
     assert "captured" in harness("capture", "--models", "qwenimage", "--force", cwd=project).stdout
+
+
+@pytest.mark.slow
+def test_a_run_where_no_parallel_case_ran_exits_1_unless_asked(project, zoo_references):
+    """On a host too small for every parallel layout, a green run would say nothing about parallel parity."""
+    args = ["run", "--references", str(zoo_references), "--models", "flux", "--layouts", "single,ulysses2",
+            "--backends", "native", "--dtypes", "fp32", "--kinds", "tensor", "--cpu-max-ranks", "1"]
+    done = harness(*args, cwd=project)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "WARNING: no case with more than one rank ran" in done.stdout
+    assert "1 PASS, 1 SKIP" in done.stdout
+    allowed = harness(*args, "--allow-no-parallel", cwd=project)
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    assert "WARNING" not in allowed.stdout

@@ -136,3 +136,39 @@ def test_expected_refusal_is_xfail_only_when_diffusers_refuses():
     assert ran_wrong.status is Status.FAIL  # runs where it should refuse, and is wrong: the bug class itself
     ran_right = apply_expected_refusal(result(Status.PASS), refusal)
     assert ran_right.status is Status.PASS and "although a refusal was expected" in ran_right.reason
+
+
+def test_a_transformer_module_that_does_not_import_is_an_error_row(monkeypatch):
+    from harness.catalogue.zoo import discover
+    from harness.run.plan import uncovered_rows
+
+    monkeypatch.setattr(discover, "import_failures",
+                        lambda: [("diffusers.models.transformers.transformer_new", "ImportError: needs foo")])
+    rows = {p.case.case_id: p for p in uncovered_rows()}
+    row = rows["transformer_new/-/-/-/tensor"]
+    assert not row.runs and row.skip_reason is None
+    assert row.plan_error == "could not import diffusers.models.transformers.transformer_new: ImportError: needs foo"
+
+
+def test_a_backend_that_runs_everywhere_but_fails_its_probe_is_an_error_not_a_skip(monkeypatch):
+    """A diffusers regression that makes `native` raise must not turn its cases into SKIP (exit 0, pytest green)."""
+    from harness.rank import backends
+    from harness.run.verdict import not_run
+
+    backends.probe.cache_clear()
+    from diffusers.models import attention_dispatch
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("native broke")
+
+    monkeypatch.setattr(attention_dispatch, "dispatch_attention_fn", broken)
+    try:
+        plan = {p.case.case_id: p for p in build_plan(["flux"], ["tp2"], ["native", "_native_cudnn"], ["fp32"])}
+    finally:
+        backends.probe.cache_clear()
+    native = plan["flux/tp2/native/fp32/tensor"]
+    assert native.skip_reason is None and not native.runs
+    assert native.plan_error.startswith("the native backend's probe failed (fp32, ")
+    assert native.plan_error.endswith("): RuntimeError: native broke")
+    assert not_run(native).status.value == "ERROR"
+    assert plan["flux/tp2/_native_cudnn/fp32/tensor"].skip_reason.startswith("needs CUDA")  # unavailable: SKIP

@@ -182,7 +182,9 @@ def test_ctrl_c_keeps_finished_cases_and_resume_runs_only_the_rest(project, zoo_
     assert survivors == []
     single, hung = "flux/single/native/fp32/tensor+hang_rank1", "flux/ulysses2/native/fp32/tensor+hang_rank1"
     assert f"PASS    {single}" in out
-    partial = [json.loads(line) for line in (project / "reports/results.partial.jsonl").read_text().splitlines()]
+    header, *partial = [json.loads(line) for line in
+                        (project / "reports/results.partial.jsonl").read_text().splitlines()]
+    assert set(header) == {"fingerprint"}  # what --resume checks before it keeps anything
     assert [(row["case_id"], row["status"]) for row in partial] == [(single, "PASS")]
     assert not (project / "reports/results.json").exists()
 
@@ -205,10 +207,21 @@ def test_resume_reruns_a_case_whose_line_a_killed_run_tore(tmp_path):
     kept = CaseResult("flux/single/native/fp32/tensor", "flux", "default", "tensor", "single", 1, "native", "fp32",
                       Status.PASS, seconds=1.5)
     torn = json.dumps({**kept.to_dict(), "case_id": "flux/ulysses2/native/fp32/tensor"})[:40]
-    (tmp_path / runner.PARTIAL).write_text(json.dumps(kept.to_dict()) + "\n\n" + torn)
-    done = runner._resume(tmp_path, resume=True)
+    header = json.dumps({"fingerprint": "abc"})
+    (tmp_path / runner.PARTIAL).write_text(header + "\n" + json.dumps(kept.to_dict()) + "\n\n" + torn)
+    done = runner._resume(tmp_path, resume=True, fingerprint="abc")
     assert list(done) == [kept.case_id]
     assert done[kept.case_id].status is Status.PASS and done[kept.case_id].seconds == 1.5
+
+
+def test_resume_refuses_a_run_made_under_other_options_versions_or_references(tmp_path):
+    """Kept verdicts are only this run's verdicts when nothing they depend on changed."""
+    from harness.core.errors import HarnessError
+
+    (tmp_path / runner.PARTIAL).write_text(json.dumps({"fingerprint": "from-another-run"}) + "\n")
+    with pytest.raises(HarnessError, match="cannot --resume the run in .*: its options, diffusers/torch versions or "
+                                           "references differ"):
+        runner._resume(tmp_path, resume=True, fingerprint="this-run")
 
 
 # ------------------------------------------------------------------------------------------ concurrent capture

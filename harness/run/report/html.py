@@ -48,7 +48,7 @@ def render_page(header: dict[str, Any], cases: list[dict[str, Any]]) -> str:
     body = "".join([
         f"<header><h1>Parity report</h1><p class=\"sub\">{_run_line(header, cases)}</p>{_nav()}</header>",
         _mismatch_banner(header),
-        _counts(counts, sum(case["extra"].get("xpass") is True and case["status"] == "PASS" for case in cases)),
+        _counts(counts),
         _filters(cases),
         '<noscript><p class="banner">The matrix and the case details are drawn by this page\'s script: with '
         "JavaScript off, the lists below and matrix.csv beside this file still hold every case.</p></noscript>",
@@ -132,16 +132,14 @@ def _settings(settings: Any) -> str:
     return f'<details class="settings"><summary>Settings</summary><table class="env">{rows}</table></details>'
 
 
-def _counts(counts: dict[str, int], xpass: int) -> str:
-    """Per-status totals; each is a button that filters to that status. XPASS cases count as PASS here."""
+def _counts(counts: dict[str, int]) -> str:
+    """Per-status totals; each is a button that filters to that status."""
     buttons = "".join(
         f'<button type="button" class="count s-{escape(status)}" data-set-status="{escape(status)}" '
         f'title="show only {escape(status)}"><b>{count}</b>{escape(status)}</button>'
         for status, count in counts.items() if count or status in ("PASS", "FAIL")
     )
-    note = f'<span class="muted">of the PASS, {xpass} XPASS (a known issue no longer reproduces)</span>' if xpass \
-        else ""
-    return f'<section id="summary"><h2>Results</h2><div class="counts">{buttons}{note}</div></section>'
+    return f'<section id="summary"><h2>Results</h2><div class="counts">{buttons}</div></section>'
 
 
 def _filters(cases: list[dict[str, Any]]) -> str:
@@ -176,7 +174,7 @@ def _matrix(cases: list[dict[str, Any]]) -> str:
     failing = [model for model, statuses in by_model.items() if BAD.intersection(statuses)]
     order = failing + [model for model in by_model if model not in failing]
     sections = "".join(_model(model, by_model[model], model in failing) for model in order)
-    legend = "".join(badge(s) for s in (*STATUSES, "XPASS"))
+    legend = "".join(badge(s) for s in STATUSES)
     return (
         f'<section id="matrix"><h2>Matrix by model ({len(order)} models, {len(failing)} with failures)</h2>'
         f'<div class="legend">{legend}<span class="muted">rows layout and backend, columns shape, kind and dtype; '

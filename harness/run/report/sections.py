@@ -16,7 +16,7 @@ from harness.run.report.data import BAD, STATUSES, issue_of, key_number, shown_s
 from harness.run.report.detail import badge
 from harness.run.report.idsets import compact
 
-ATTENTION = (*(status for status in STATUSES if status in BAD), "XPASS")
+ATTENTION = (*(status for status in STATUSES if status in BAD), "XPASS")  # XPASS: a known issue to remove
 PATTERN_CHARS = 1200  # past this many characters of id patterns a group says how many more there are
 
 
