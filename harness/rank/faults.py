@@ -191,67 +191,54 @@ _kill_rank1 = _on_rank1(_sigkill_self)
 
 
 @contextlib.contextmanager
+def _around_gather(before=None, after=None):
+    """diffusers' context-parallel gather (`EquipartitionSharder.unshard`) with a change to each rank's shard before
+    it, or to the gathered output after it: where a layout's own bugs live."""
+    from diffusers.hooks.context_parallel import EquipartitionSharder
+
+    original = EquipartitionSharder.__dict__["unshard"]
+
+    def unshard(cls, tensor, dim, mesh):
+        gathered = original.__func__(cls, before(tensor) if before else tensor, dim, mesh)
+        return after(gathered) if after else gathered
+
+    EquipartitionSharder.unshard = classmethod(unshard)
+    try:
+        yield
+    finally:
+        EquipartitionSharder.unshard = original
+
+
 def _extra_rounding():
     # Each rank rounds its output shard once more (to 4 mantissa bits) before the gather: a quiet precision loss
     # of the size a sloppy cast in a layout causes, below the fixed bf16 tolerance but above the error budget.
-    from diffusers.hooks.context_parallel import EquipartitionSharder
+    def rounded(tensor):
+        return _round_mantissa(tensor.float(), bits=4).to(tensor.dtype) if tensor.is_floating_point() else tensor
 
-    original = EquipartitionSharder.__dict__["unshard"]
-
-    def unshard(cls, tensor, dim, mesh):
-        rounded = _round_mantissa(tensor.float(), bits=4).to(tensor.dtype) if tensor.is_floating_point() else tensor
-        return original.__func__(cls, rounded, dim, mesh)
-
-    EquipartitionSharder.unshard = classmethod(unshard)
-    try:
-        yield
-    finally:
-        EquipartitionSharder.unshard = original
+    return _around_gather(before=rounded)
 
 
-@contextlib.contextmanager
 def _rank1_diverges():
-    # Rank 0's output is right; rank 1 ends with one token off by 1e-2 after the last gather. Comparing rank 0's
+    # Rank 0's output is right; rank 1 ends with one value off by 1e-2 after the last gather. Comparing rank 0's
     # output alone cannot see it.
     import torch.distributed as dist
-    from diffusers.hooks.context_parallel import EquipartitionSharder
 
-    original = EquipartitionSharder.__dict__["unshard"]
-
-    def unshard(cls, tensor, dim, mesh):
-        gathered = original.__func__(cls, tensor, dim, mesh)
-        if dist.get_rank() == 1 and gathered.is_floating_point():
-            gathered = gathered.clone()
-            gathered.view(-1)[0] += 1e-2
-        return gathered
-
-    EquipartitionSharder.unshard = classmethod(unshard)
-    try:
-        yield
-    finally:
-        EquipartitionSharder.unshard = original
+    return _around_gather(after=lambda out: _nudged(out, 1e-2) if dist.get_rank() == 1 else out)
 
 
-@contextlib.contextmanager
 def _bf16_few_tokens():
     # A wrong value in bf16 only: the mean error hardly moves (the mean budget passes), the fixed 0.15 tolerance
     # passes; only the max against the single-device bf16 max can see it.
-    from diffusers.hooks.context_parallel import EquipartitionSharder
+    return _around_gather(after=lambda out: _nudged(out, 0.02) if out.dtype == torch.bfloat16 else out)
 
-    original = EquipartitionSharder.__dict__["unshard"]
 
-    def unshard(cls, tensor, dim, mesh):
-        gathered = original.__func__(cls, tensor, dim, mesh)
-        if gathered.dtype == torch.bfloat16:
-            gathered = gathered.clone()
-            gathered.view(-1)[0] += 0.02
-        return gathered
-
-    EquipartitionSharder.unshard = classmethod(unshard)
-    try:
-        yield
-    finally:
-        EquipartitionSharder.unshard = original
+def _nudged(tensor: torch.Tensor, by: float) -> torch.Tensor:
+    """A copy with its first value moved by `by` (integer tensors are left alone)."""
+    if not tensor.is_floating_point():
+        return tensor
+    tensor = tensor.clone()
+    tensor.view(-1)[0] += by
+    return tensor
 
 
 def _round_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
