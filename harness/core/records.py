@@ -88,6 +88,8 @@ class CaseRecord:
     seconds_per_rank: list[float | None] = field(default_factory=list)
     dispatched: dict[str, int] = field(default_factory=dict)
     kernels: dict[str, int] | None = None  # None: not profiled
+    functions: dict[str, int] = field(default_factory=dict)  # module.qualname of each backend function that ran
+    expected_function: str | None = None  # what diffusers registered for the requested backend
     output_placements: str | None = None  # the output was a DTensor with these placements (diffusers returns plain)
     rank_max_diff: list[float | None] = field(default_factory=list)  # each rank's output vs rank 0's (None: shape)
     metrics: dict[str, Any] = field(default_factory=dict)

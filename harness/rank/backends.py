@@ -90,12 +90,14 @@ def probe(name: str, dtype: str = "bf16", device_type: str | None = None) -> Pro
 @contextlib.contextmanager
 def quiet_dispatch():
     """Probe calls must not count as dispatches of the case under test."""
-    saved = dict(_counters)
+    saved, ran = dict(_counters), dict(_functions)
     try:
         yield
     finally:
         _counters.clear()
         _counters.update(saved)
+        _functions.clear()
+        _functions.update(ran)
 
 
 def first_line(error: BaseException) -> str:
@@ -105,22 +107,33 @@ def first_line(error: BaseException) -> str:
 
 # --- dispatch counting: which registered backend function actually ran, and how often -------------------------------
 
-_counters: Counter = Counter()
+_counters: Counter = Counter()  # by the registry name a call went through
+_functions: Counter = Counter()  # by the identity (module.qualname) of the function that actually ran
+DEFINED: dict[str, str] = {}  # backend name -> identity of the function diffusers registered for it
+
+
+def identity(fn) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 def install_dispatch_counters() -> None:
-    """Wrap every registered backend function once per process, so every call through diffusers is counted."""
+    """Wrap every registered backend function once per process, so every call through diffusers is counted, by
+    name and by the function that ran; what diffusers registered is kept to check both against."""
     backends = registry()._backends
     for name, fn in list(backends.items()):
         if getattr(fn, "_harness_counted", False):
             continue
+        DEFINED.setdefault(getattr(name, "value", name), identity(fn))
         backends[name] = _counted(getattr(name, "value", name), fn)
 
 
 def _counted(name: str, fn):
+    ran = identity(fn)
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         _counters[name] += 1
+        _functions[ran] += 1
         return fn(*args, **kwargs)
 
     wrapper._harness_counted = True
@@ -129,10 +142,25 @@ def _counted(name: str, fn):
 
 def reset_dispatches() -> None:
     _counters.clear()
+    _functions.clear()
 
 
 def dispatches() -> dict[str, int]:
     return dict(sorted(_counters.items()))
+
+
+def functions_run() -> dict[str, int]:
+    return dict(sorted(_functions.items()))
+
+
+def registry_problems() -> list[str]:
+    """Registry entries that cannot be told apart by their function: two names holding one function (a dispatch
+    counted under either name proves nothing about which was meant)."""
+    holders: dict[str, list[str]] = {}
+    for name, ran in DEFINED.items():
+        holders.setdefault(ran, []).append(name)
+    return [f"backends {', '.join(sorted(names))} share one function {ran}" for ran, names in sorted(holders.items())
+            if len(names) > 1]
 
 
 def reset_active_backend() -> None:

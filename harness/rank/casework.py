@@ -56,7 +56,7 @@ class CaseWork:
             output = built.run()
             self._sync()
             forward_s, seconds = time.perf_counter() - forward_started, time.perf_counter() - started
-            dispatched = backends.dispatches()
+            dispatched, functions = backends.dispatches(), backends.functions_run()
             # A second, profiled run proves the kernels; it stays out of the timings above.
             executed = kernels.profile_kernels(built.run, scope=built.profile_scope)
         placements = None
@@ -64,7 +64,8 @@ class CaseWork:
             placements = str(tuple(output.placements))
             output = output.full_tensor()
         return output, {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched, "kernels": executed,
-                        "output_placements": placements}
+                        "output_placements": placements, "functions": functions,
+                        "expected_function": backends.DEFINED.get(case.backend)}
 
     @staticmethod
     def as_tensor(output) -> torch.Tensor:

@@ -91,6 +91,15 @@ def kernel_mismatch(backend: str, kernels: dict[str, int]) -> str | None:
     return None
 
 
+def function_mismatch(backend: str, expected: str | None, functions: dict[str, int]) -> str | None:
+    """The registry name can be right while its entry holds another backend's function, which on this device may run
+    the very same kernel (`native` and `_native_flash` on CPU): only the function's identity tells them apart."""
+    if expected is None or not functions or set(functions) == {expected}:
+        return None
+    ran = ", ".join(f"{name}:{count}" for name, count in sorted(functions.items()))
+    return f"requested {backend} (diffusers registers {expected}), but {ran} ran"
+
+
 def dispatch_mismatch(backend: str, dispatched: dict[str, int]) -> str | None:
     """A silent fallback must never pass as parity: only the requested backend may have been dispatched."""
     if set(dispatched) == {backend}:

@@ -92,7 +92,8 @@ class Worker:
                           peak_mem_mb=max(per_rank), peak_mem_mb_per_rank=per_rank,
                           seconds_per_rank=[g["seconds"] and round(g["seconds"], 4) for g in gathered],
                           dispatched=info["dispatched"], kernels=info["kernels"],
-                          output_placements=info["output_placements"], metrics=metrics)
+                          output_placements=info["output_placements"], functions=info["functions"],
+                          expected_function=info["expected_function"], metrics=metrics)
 
     def report(self, record: CaseRecord) -> None:
         self.emit("result", **record.to_dict())

@@ -47,6 +47,8 @@ CONTROLS = [
     Control("flux", "single", "_native_math", "fp32", "redirect_dispatch", "requested _native_math, dispatched native"),
     Control("flux", "tp2", "_native_math", "fp32", "math_runs_flash", "but kernel(s) aten::_scaled_dot_product_flash"),
     Control("flux", "single", "native", "fp32", "scaled_softmax", "> tolerance"),
+    Control("flux", "tp2", "_native_flash", "fp32", "redirect_same_kernel", "but diffusers.models.attention_dispatch"
+                                                                            "._native_attention:"),
     Control("flux", "tp2", "native", "fp32", "rope_sign", "> tolerance"),  # diffusers changed: layouts still agree
     Control("flux", "ulysses2", "native", "fp32", "rank1_diverges", "rank 1's output differs from rank 0's"),
     Control("flux", "ulysses2", "native", "bf16", "bf16_few_tokens", "error budget: max abs err"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from harness.core.records import Outcome
 from harness.core.results import CaseResult, Status
 from harness.kinds import Policy, kind_of
-from harness.rank.kernels import dispatch_mismatch, kernel_mismatch
+from harness.rank.kernels import dispatch_mismatch, function_mismatch, kernel_mismatch
 from harness.run.known_issues import KnownIssue, find
 
 
@@ -23,6 +23,8 @@ def judge(outcome: Outcome, policy: Policy) -> CaseResult:
                "forward_s": record.forward_s}
     result.extra.update({key: value for key, value in timings.items() if value not in (None, [])})
     result.dispatched = _counts(record.dispatched)
+    if record.functions:
+        result.extra["functions"] = record.functions
     result.kernels = _counts(record.kernels or {})
     if record.timeout:
         result.status, result.reason = Status.TIMEOUT, record.error or "case timeout"
@@ -66,10 +68,12 @@ def _integrity_failure(result: CaseResult, record) -> str | None:
 
 
 def _proof_failure(backend: str, record) -> str | None:
+    """The name dispatched, then the kernels executed, then the identity of the function that ran: each proves what
+    the one before cannot (a redirected entry counted under the right name, running the same kernel)."""
     mismatch = dispatch_mismatch(backend, record.dispatched)
     if mismatch is None and record.kernels is not None:
         mismatch = kernel_mismatch(backend, record.kernels)
-    return mismatch
+    return mismatch or function_mismatch(backend, record.expected_function, record.functions)
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -55,3 +55,12 @@ def test_probe_calls_do_not_count_as_dispatches():
     backends.probe.cache_clear()
     backends.unavailable_reason("native", "fp32")
     assert backends.dispatches() == {}
+
+
+def test_a_registry_where_two_names_share_one_function_is_flagged(monkeypatch):
+    backends.install_dispatch_counters()
+    assert backends.registry_problems() == []  # diffusers 0.42.1: every name has a function of its own
+    shared = {**backends.DEFINED, "_native_flash": backends.DEFINED["native"]}
+    monkeypatch.setattr(backends, "DEFINED", shared)
+    assert backends.registry_problems() == [
+        f"backends _native_flash, native share one function {backends.DEFINED['native']}"]
