@@ -6,8 +6,10 @@ and every finished case even if the group dies later.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -20,6 +22,8 @@ from harness.core.errors import traceback_text
 from harness.core.records import Case, CaseRecord, GroupSpec
 from harness.rank import backends, cpu
 from harness.rank.casework import CaseWork
+
+STACKS_SIGNAL = signal.SIGUSR1  # harness.run.launch sends it to every rank of a hung group
 
 
 class Worker:
@@ -114,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     group = GroupSpec.from_dict(json.loads(Path(argv[0]).read_text()))
     rank = int(os.environ.get("RANK", 0))  # torchrun's; the process group does not exist yet
+    stacks = open(Path(group.workdir) / f"rank{rank}.stacks", "a")  # open for the process's life
+    faulthandler.register(STACKS_SIGNAL, file=stacks, all_threads=True)  # the launcher asks before it kills a hang
 
     def fatal(stage: str, error: Exception) -> None:
         event = {"event": "fatal", "rank": rank, "time": time.time(), "pid": os.getpid(), "stage": stage,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -187,6 +188,7 @@ class _Launch:
         self.folder, self.case_timeout, self.on_outcome = folder, case_timeout, on_outcome
         self.world_size = cases[0].world_size
         self.watch = _Watch(folder, self.world_size)
+        self.stacks: dict[int, str] = {}
         self.done: set[str] = set()
         (folder / "group.json").write_text(json.dumps(group.to_dict()))
 
@@ -211,6 +213,8 @@ class _Launch:
                 continue
             time.sleep(POLL_S)
             self._deliver(self.watch.poll())  # the last lines written before the problem
+            if problem in ("hung", "timeout"):
+                self.stacks = rank_stacks(self.folder, self.watch.pids)
             self._blame(problem, process.poll())  # before the kill, which would make every rank look dead
             kill_tree(process)
             return
@@ -267,13 +271,53 @@ class _Launch:
         if error is not None:
             return CaseRecord(case_id, error=error["message"], error_rank=error["rank"],
                               traceback=error.get("traceback", ""))
+        where, stacks = stuck_where(self.stacks), "\n".join(f"--- rank {rank} ---\n{text}"
+                                                             for rank, text in sorted(self.stacks.items()))
         if problem == "timeout":
-            return CaseRecord(case_id, error=f"no result after {waited:.0f}s (case timeout)", timeout=True)
+            return CaseRecord(case_id, error=f"no result after {waited:.0f}s (case timeout){where}", timeout=True,
+                              traceback=stacks)
         if problem == "hung":
             return CaseRecord(case_id, error=f"hung: no rank used CPU time for {STALL_S:.0f}s (blocked or asleep), "
-                                             f"{waited:.0f}s into the case", timeout=True)
+                                             f"{waited:.0f}s into the case{where}", timeout=True, traceback=stacks)
         return CaseRecord(case_id, error=f"worker group ({problem}, exit code {returncode}) before reporting: "
                                          f"{_tail(self.folder / 'torchrun.log')}")
+
+
+STACKS_WAIT_S = 10.0  # how long the ranks get to write their stacks (they do it from a signal handler, at once)
+
+
+def rank_stacks(folder: Path, pids: dict[int, int]) -> dict[int, str]:
+    """Every rank's Python stacks, written by faulthandler on SIGUSR1 (harness.rank.worker registers it), read back
+    before the group is killed: where a hung rank is stuck."""
+    paths = {rank: folder / f"rank{rank}.stacks" for rank in pids}
+    sizes = {rank: path.stat().st_size if path.exists() else 0 for rank, path in paths.items()}
+    for pid in pids.values():
+        try:
+            os.kill(pid, signal.SIGUSR1)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.monotonic() + STACKS_WAIT_S
+    while time.monotonic() < deadline and not all(
+            path.exists() and path.stat().st_size > sizes[rank] for rank, path in paths.items()):
+        time.sleep(POLL_S)
+    time.sleep(POLL_S)  # the last lines of a dump in progress
+    return {rank: path.read_text(errors="replace")[sizes[rank]:] for rank, path in paths.items() if path.exists()
+            and path.stat().st_size > sizes[rank]}
+
+
+def stuck_where(stacks: dict[int, str]) -> str:
+    """'; stuck: rank 0 in all_gather_object (distributed_c10d.py:3166), rank 1 in ...': the innermost frame of each
+    rank's main thread (faulthandler prints the thread that took the signal first as 'Current thread')."""
+    places = []
+    for rank, text in sorted(stacks.items()):
+        block = text.split("Current thread", 1)[-1] if "Current thread" in text else text
+        frame = next((line.strip() for line in block.splitlines() if line.strip().startswith("File ")), None)
+        if frame is None:
+            continue
+        match = re.match(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)', frame)
+        if match:
+            places.append(f"rank {rank} in {match['func']} ({Path(match['path']).name}:{match['line']})")
+    return f"; stuck: {', '.join(places)}" if places else ""
 
 
 def _tail(path: Path, lines: int = 6) -> str:

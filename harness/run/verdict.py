@@ -26,8 +26,10 @@ def judge(outcome: Outcome, policy: Policy) -> CaseResult:
     if record.functions:
         result.extra["functions"] = record.functions
     result.kernels = _counts(record.kernels or {})
-    if record.timeout:
+    if record.timeout:  # the ranks' stacks, taken before the kill, are its traceback
         result.status, result.reason = Status.TIMEOUT, record.error or "case timeout"
+        if record.traceback:
+            result.extra["traceback"] = record.traceback
         return result
     if record.failed:
         result.status = Status.ERROR

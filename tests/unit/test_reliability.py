@@ -108,8 +108,11 @@ def test_a_hang_a_raise_and_a_kill_each_cost_only_their_own_case(project, settin
     assert _launched_first(project / "reports") == [FAULT_PLAN[i].case_id for i in (0, 2, 4, 6)]
 
     assert results[HANG].status is Status.TIMEOUT
-    assert re.fullmatch(r"hung: no rank used CPU time for \d+s \(blocked or asleep\), \d+s into the case",
+    assert re.fullmatch(r"hung: no rank used CPU time for \d+s \(blocked or asleep\), \d+s into the case; "
+                        r"stuck: rank 0 in \S+ \(\S+:\d+\), rank 1 in _sleep_forever \(faults.py:\d+\)",
                         results[HANG].reason), results[HANG].reason
+    stacks = results[HANG].extra["traceback"]  # every rank's Python stacks, taken before the kill
+    assert "--- rank 0 ---" in stacks and "--- rank 1 ---" in stacks and "harness/rank/faults.py" in stacks
 
     assert results[RAISE].status is Status.ERROR
     assert results[RAISE].reason == f"rank 1: {DELIBERATE}"
