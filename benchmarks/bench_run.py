@@ -1,4 +1,5 @@
-"""Time `harness run` on the default plan and count its torchrun launches.
+"""Time `harness run` on the default plan, count its torchrun launches, and show where the time went against the
+floor (launch start-ups plus the cases' own time) and the ratio to it.
 
 Also times one single-case launch, to show what batching many cases per launch saves. Usage:
 
@@ -50,6 +51,10 @@ def main() -> None:
     print(f"| sum of per-case times on rank 0 (build + enable_parallelism + forward) | {forward:.1f} s |")
     print(f"| one `harness run` with a single case (launch + imports + gloo init) | {one_wall:.1f} s |")
     print(f"| estimated wall time with one launch per case | {one_wall * len(ran):.0f} s |")
+    breakdown = payload["header"].get("time_breakdown", {})
+    print("\n| where the last run's time went | seconds |\n|---|---|")
+    for name, value in breakdown.items():
+        print(f"| {name} | {value} |")
 
 
 if __name__ == "__main__":

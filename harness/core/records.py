@@ -92,6 +92,7 @@ class CaseRecord:
     expected_function: str | None = None  # what diffusers registered for the requested backend
     output_placements: str | None = None  # the output was a DTensor with these placements (diffusers returns plain)
     rank_max_diff: list[float | None] = field(default_factory=list)  # each rank's output vs rank 0's (None: shape)
+    phases: dict[str, float] = field(default_factory=dict)  # rank 0's seconds per phase of the case
     metrics: dict[str, Any] = field(default_factory=dict)
 
     @property

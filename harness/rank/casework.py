@@ -4,7 +4,9 @@ through its kind, apply the layout, run it, prove what ran, and measure against 
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,12 +26,22 @@ class CaseWork:
         self.references: dict[tuple, Reference] = {}
         self.meshes: dict[tuple, object] = {}
         self.baselines: dict[tuple, object] = {}
+        self.phases: Counter = Counter()  # seconds per phase of the case in progress (where a launch's time goes)
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] += time.perf_counter() - started
 
     def reference(self, case: Case) -> Reference:
         key = (case.model, case.shape, case.kind, case.weights_dir)
         if key not in self.references:
             path = reference_path(self.root, case.model, case.shape, case.kind)
-            self.references[key] = read_reference(path, kind_of(case.kind).reference_hash(case))
+            with self.phase("reference loading"):
+                self.references[key] = read_reference(path, kind_of(case.kind).reference_hash(case))
         return self.references[key]
 
     def mesh(self, layout):
@@ -45,20 +57,27 @@ class CaseWork:
     def run(self, case: Case) -> tuple[object, dict]:
         """The case's output on this rank, and what ran: timings, dispatched backends, executed kernels."""
         started = time.perf_counter()
-        built = kind_of(case.kind).build(case, self.reference(case), self.device)
+        self.phases.clear()
+        reference = self.reference(case)
+        with self.phase("model build"):
+            built = kind_of(case.kind).build(case, reference, self.device)
         with faults.active(case.fault):
-            config = case.layout.diffusers_config(self.mesh(case.layout))
-            if config is not None:
-                built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
+            with self.phase("parallel setup"):
+                config = case.layout.diffusers_config(self.mesh(case.layout))
+                if config is not None:
+                    built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
             backends.reset_dispatches()
             self._sync(reset_peak=True)
             forward_started = time.perf_counter()
             output = built.run()
             self._sync()
             forward_s, seconds = time.perf_counter() - forward_started, time.perf_counter() - started
+            self.phases["forward"] += forward_s
             dispatched, functions = backends.dispatches(), backends.functions_run()
-            # A second, profiled run proves the kernels; it stays out of the timings above.
-            executed = kernels.profile_kernels(built.run, scope=built.profile_scope)
+            # A second, profiled run proves the kernels; it stays out of the timings above. (Profiling the case's
+            # own run costs as much here, and crashed torch's CPU profiler in ring layouts on 4 ranks twice.)
+            with self.phase("proof (profiler)"):
+                executed = kernels.profile_kernels(built.run, scope=built.profile_scope)
         placements = None
         if hasattr(output, "full_tensor"):  # materialised to compare, and reported: diffusers returns plain tensors
             placements = str(tuple(output.placements))
@@ -76,7 +95,9 @@ class CaseWork:
     def measure(self, case: Case, output) -> dict:
         """The kind's metrics against the reference and the single-device baseline of the case's dtype."""
         kind = kind_of(case.kind)
-        return kind.measure(output, self.reference(case), self.baseline(case), case, self.images_dir)
+        reference, baseline = self.reference(case), self.baseline(case)
+        with self.phase("metrics and images"):
+            return kind.measure(output, reference, baseline, case, self.images_dir)
 
     def baseline(self, case: Case):
         """What the dtype alone costs (rank 0 only): the single-device output in the case's dtype, with the case's
@@ -87,15 +108,19 @@ class CaseWork:
         key = (case.model, case.shape, case.kind, case.weights_dir, backend, case.dtype, model_change)
         if key not in self.baselines:
             kind = kind_of(case.kind)
-            try:
-                built = kind.build(replace(case, backend=backend, fault=None), self.reference(case), self.device)
-                with faults.active(model_change):
-                    self.baselines[key] = kind.detach(built.run())
-            except Exception as error:  # noqa: BLE001 - reported with the case, never fatal
-                self.baselines[key] = backends.first_line(error)
-            finally:
-                backends.reset_active_backend()
+            with self.phase("baselines"):
+                self._compute_baseline(key, kind, case, backend, model_change)
         return self.baselines[key]
+
+    def _compute_baseline(self, key, kind, case: Case, backend: str, model_change) -> None:
+        try:
+            built = kind.build(replace(case, backend=backend, fault=None), self.reference(case), self.device)
+            with faults.active(model_change):
+                self.baselines[key] = kind.detach(built.run())
+        except Exception as error:  # noqa: BLE001 - reported with the case, never fatal
+            self.baselines[key] = backends.first_line(error)
+        finally:
+            backends.reset_active_backend()
 
     def peak_memory_mb(self) -> float:
         """CUDA: the case's peak allocated memory. CPU: the process's peak resident size so far (a high-water mark

@@ -54,12 +54,14 @@ class Worker:
             gathered = [None] * self.world_size
             seconds = info["seconds"] if info else None
             shape = tuple(self.work.as_tensor(output).shape) if error is None else None
-            dist.all_gather_object(gathered, {"error": error, "peak_mem_mb": self.work.peak_memory_mb(),
-                                              "seconds": seconds, "shape": shape})
-            differences = self.rank_differences(output, gathered)
+            with self.work.phase("gathers"):
+                dist.all_gather_object(gathered, {"error": error, "peak_mem_mb": self.work.peak_memory_mb(),
+                                                  "seconds": seconds, "shape": shape})
+                differences = self.rank_differences(output, gathered)
             if self.rank == 0:
                 record = self.record(case, output, info, gathered)
                 record.rank_max_diff = differences
+                record.phases = {name: round(value, 4) for name, value in self.work.phases.items()}
                 self.report(record)
             del output
 

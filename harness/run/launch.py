@@ -43,6 +43,7 @@ class _Watch:
     rank_errors: dict[str, dict] = field(default_factory=dict)
     dead_since: dict[int, float] = field(default_factory=dict)
     progress: tuple[float, float] | None = None  # (CPU seconds of all ranks, when they last grew by PROGRESS_CPU_S)
+    ready_at: float | None = None  # when the first rank said hello: imports, init and rendezvous are done
     fatal: dict[int, dict] = field(default_factory=dict)  # rank -> its failure outside any case (startup, cleanup)
 
     def poll(self) -> list[dict]:
@@ -65,6 +66,7 @@ class _Watch:
         kind, case_id = event["event"], event.get("case_id")
         if kind == "hello":
             self.pids[event["rank"]] = event["pid"]
+            self.ready_at = self.ready_at or time.monotonic()
         elif kind == "start" and event["rank"] == 0:
             self.current, self.started_at = case_id, time.monotonic()
         elif kind == "rank_error":
@@ -162,21 +164,28 @@ def kill_tree(process: subprocess.Popen) -> None:
         pass
 
 
-def run_group(cases: list[Case], group: GroupSpec, workdir: Path, case_timeout: float,
-              on_outcome: Callable[[Outcome], None]) -> int:
-    """Run every case of one world size, relaunching after a hang or crash until each has an outcome.
+@dataclass
+class GroupStats:
+    """What running one world size cost: torchrun launches, and their start-ups (imports, init, rendezvous)."""
 
-    Returns the number of torchrun launches it took.
-    """
-    remaining, attempt = list(cases), 0
+    launches: int = 0
+    startup_s: float = 0.0
+
+
+def run_group(cases: list[Case], group: GroupSpec, workdir: Path, case_timeout: float,
+              on_outcome: Callable[[Outcome], None]) -> GroupStats:
+    """Run every case of one world size, relaunching after a hang or crash until each has an outcome."""
+    remaining, stats = list(cases), GroupStats()
     while remaining:
-        attempt += 1
-        folder = workdir / f"ws{remaining[0].world_size}-{attempt}"
+        stats.launches += 1
+        folder = workdir / f"ws{remaining[0].world_size}-{stats.launches}"
         folder.mkdir(parents=True, exist_ok=True)
         spec = replace(group, workdir=str(folder), cases=remaining)
-        done = _Launch(spec, folder, case_timeout, on_outcome).run()
+        launch = _Launch(spec, folder, case_timeout, on_outcome)
+        done = launch.run()
+        stats.startup_s += launch.startup_s
         remaining = [case for case in remaining if case.case_id not in done]
-    return attempt
+    return stats
 
 
 class _Launch:
@@ -193,6 +202,13 @@ class _Launch:
         (folder / "group.json").write_text(json.dumps(group.to_dict()))
 
     def run(self) -> set[str]:
+        started = time.monotonic()
+        try:
+            return self._run()
+        finally:
+            self.startup_s = (self.watch.ready_at or time.monotonic()) - started
+
+    def _run(self) -> set[str]:
         with open(self.folder / "torchrun.log", "w") as log:
             process = subprocess.Popen(launch_command(self.world_size, self.folder / "group.json"), stdout=log,
                                        stderr=subprocess.STDOUT, env=worker_env(), start_new_session=True)

@@ -20,7 +20,7 @@ from harness.kinds import Policy
 from harness.run import matrix
 from harness.run.capture import ensure_references
 from harness.run.known_issues import load_known_issues
-from harness.run.launch import group_by_world_size, run_group
+from harness.run.launch import GroupStats, group_by_world_size, run_group
 from harness.run.plan import PlannedCase, build_plan, uncovered_rows
 from harness.run.report import render_html
 from harness.run.report.images import prune_images
@@ -62,19 +62,24 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     echo(f"plan: {len(plan)} cases, {len(runnable)} to run, {len(plan) - len(runnable)} skipped at plan time"
          + (f", {len(runnable) - len(todo)} kept from the interrupted run" if done else ""))
     refusals = {p.case.case_id: p.expected_refusal for p in plan if p.expected_refusal is not None}
-    launches = _launch_all(todo, settings, report_dir, issues, refusals, done, echo)
+    stats = _launch_all(todo, settings, report_dir, issues, refusals, done, echo)
     results = [done.get(p.case.case_id) or not_run(p) for p in plan]
-    header = _header(settings, versions, results, started, time.monotonic() - clock, launches)
+    header = _header(settings, versions, results, started, time.monotonic() - clock, stats.launches)
+    header["time_breakdown"] = time_breakdown(results, stats.startup_s, header["wall_s"])
     header["known_issues_unmatched"] = _unmatched(issues, results)
     if settings.plan == "full" and header["known_issues_unmatched"]:  # the full plan is what the entries are for
         echo(f"note: {len(header['known_issues_unmatched'])} known-issue entries matched no case of the full plan "
              f"(remove or fix them): {'; '.join(header['known_issues_unmatched'])}")
+    writing = time.monotonic()
     write_reports(report_dir, results, header)
+    header["time_breakdown"]["reports"] = round(time.monotonic() - writing, 2)  # known once they are written
+    write_results(report_dir / "results.json", results, header)
     (report_dir / PARTIAL).unlink(missing_ok=True)
     if header["version_mismatch"]:
         echo(f"note: {header['version_mismatch']}")
     echo(matrix.terminal(results))
     echo(f"reports: {report_dir / 'index.html'}, {report_dir / 'matrix.csv'}, {report_dir / 'matrix.md'}")
+    echo(time_line(header["time_breakdown"]))
     failed = any(r.status.is_failure(settings.xfail_strict) for r in results)
     unchecked = _no_parallel_ran(plan, results) and not settings.allow_no_parallel
     if unchecked:
@@ -91,10 +96,11 @@ def _no_parallel_ran(plan: list[PlannedCase], results: list[CaseResult]) -> bool
     return asked and not ran
 
 
-def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: dict, done: dict, echo) -> int:
+def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: dict, done: dict,
+                echo) -> GroupStats:
     workdir = report_dir / "work"
     shutil.rmtree(workdir, ignore_errors=True)
-    total, launches = len(done) + len(cases), 0  # cases kept by --resume count as done
+    total, stats = len(done) + len(cases), GroupStats()  # cases kept by --resume count as done
     group = GroupSpec("", str(settings.path("references")), str(report_dir / "images"), [])
     with open(report_dir / PARTIAL, "a") as partial:
         def on_outcome(outcome: Outcome) -> None:
@@ -112,8 +118,39 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
         for world_size, members in group_by_world_size(cases).items():
             echo(f"launching {len(members)} case(s) on {world_size} rank(s)")
             timeout = settings.case_timeout or _auto_timeout(members, settings.path("references"))
-            launches += run_group(members, group, workdir, timeout, on_outcome)
-    return launches
+            ran = run_group(members, group, workdir, timeout, on_outcome)
+            stats.launches += ran.launches
+            stats.startup_s += ran.startup_s
+    return stats
+
+
+PHASES = ("reference loading", "model build", "parallel setup", "forward", "proof (profiler)", "baselines",
+          "metrics and images", "gathers")
+
+
+def time_breakdown(results: list[CaseResult], startup_s: float, wall_s: float) -> dict:
+    """Where the wall time went: launch start-ups, rank 0's phases summed over the cases, and the rest (planning,
+    capture, judging, waiting); the floor is start-ups plus the cases' own time (`seconds`), which a run cannot go
+    below without changing what a case does."""
+    phases = {name: 0.0 for name in PHASES}
+    for result in results:
+        for name, seconds in (result.extra.get("phases") or {}).items():
+            phases[name] = phases.get(name, 0.0) + seconds
+    floor = startup_s + sum(result.seconds or 0.0 for result in results)
+    accounted = startup_s + sum(phases.values())
+    return {"wall": round(wall_s, 2), "launch start-ups": round(startup_s, 2),
+            **{name: round(value, 2) for name, value in phases.items()},
+            "other (plan, capture, judging, waits)": round(max(wall_s - accounted, 0.0), 2),
+            "floor": round(floor, 2), "ratio to floor": round(wall_s / floor, 2) if floor > 0 else None}
+
+
+def time_line(breakdown: dict) -> str:
+    """One terminal line: the wall, the floor and the biggest parts."""
+    parts = sorted(((name, value) for name, value in breakdown.items()
+                    if name not in ("wall", "floor", "ratio to floor") and value), key=lambda item: -item[1])
+    shown = ", ".join(f"{name} {value:.0f}s" for name, value in parts[:6])
+    return (f"time: {breakdown['wall']:.0f}s wall ({shown}); floor {breakdown['floor']:.0f}s, "
+            f"{breakdown['ratio to floor']}x")
 
 
 def _auto_timeout(cases, root: Path) -> float:

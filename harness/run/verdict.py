@@ -20,7 +20,7 @@ def judge(outcome: Outcome, policy: Policy) -> CaseResult:
     result, record = base_result(outcome.case), outcome.record
     result.seconds, result.peak_mem_mb = record.seconds, record.peak_mem_mb
     timings = {"peak_mem_mb_per_rank": record.peak_mem_mb_per_rank, "seconds_per_rank": record.seconds_per_rank,
-               "forward_s": record.forward_s}
+               "forward_s": record.forward_s, "phases": record.phases}
     result.extra.update({key: value for key, value in timings.items() if value not in (None, [])})
     result.dispatched = _counts(record.dispatched)
     if record.functions:

@@ -33,6 +33,12 @@ def test_run_writes_the_matrix_and_captures_missing_references(project):
     assert "return_lse" in reasons["flux/ring2/native/fp32/tensor"]
     assert "| `flux/ring2/native/fp32/tensor` | **ERROR** | " in (project / "reports/matrix.md").read_text()
     assert "experimental" not in done.stdout + done.stderr  # diffusers' warnings stay out of the user's terminal
+    import json
+
+    breakdown = json.loads((project / "reports/results.json").read_text())["header"]["time_breakdown"]
+    assert breakdown["launch start-ups"] > 0 and breakdown["forward"] > 0 and breakdown["reports"] > 0
+    assert breakdown["floor"] <= breakdown["wall"] and breakdown["ratio to floor"] >= 1
+    assert any(line.startswith("time: ") and "floor" in line for line in done.stdout.splitlines())
 
 
 @pytest.mark.slow

@@ -46,7 +46,8 @@ def render_page(header: dict[str, Any], cases: list[dict[str, Any]]) -> str:
     bad = sum(counts.get(status, 0) for status in BAD)
     title = f"Parity report: {len(cases)} cases, {bad} failing"
     body = "".join([
-        f"<header><h1>Parity report</h1><p class=\"sub\">{_run_line(header, cases)}</p>{_nav()}</header>",
+        f"<header><h1>Parity report</h1><p class=\"sub\">{_run_line(header, cases)}</p>{_time(header)}{_nav()}"
+        "</header>",
         _mismatch_banner(header),
         _counts(counts),
         _filters(cases),
@@ -82,6 +83,20 @@ def _run_line(header: dict[str, Any], cases: list[dict[str, Any]]) -> str:
     if header.get("launches") is not None:
         parts.append(f"{escape(str(header['launches']))} launches")
     return " \u00b7 ".join(parts)
+
+
+def _time(header: dict[str, Any]) -> str:
+    """Where the wall time went (launch start-ups, each phase of the cases on rank 0), against the run's floor."""
+    breakdown = header.get("time_breakdown") or {}
+    if not breakdown:
+        return ""
+    rows = "".join(f'<tr><th scope="row">{escape(name)}</th><td>{escape(plain(value, ".1f"))} s</td></tr>'
+                   for name, value in breakdown.items() if name != "ratio to floor" and value is not None)
+    ratio = breakdown.get("ratio to floor")
+    summary = f"Time: {plain(breakdown.get('wall'), '.0f')} s, {ratio}x the floor" if ratio else "Time"
+    return (f'<details class="settings"><summary>{escape(summary)}</summary><table class="env">{rows}</table>'
+            "<p class=\"muted\">floor: launch start-ups plus the cases' own time; the reports are written after "
+            "this page is (results.json has their time)</p></details>")
 
 
 def _mismatch_banner(header: dict[str, Any]) -> str:
