@@ -12,8 +12,7 @@ from harness.rank.faults import FAULTS
 from harness.run.settings import OPTIONS, RUN_OPTIONS, load_settings, split_list
 
 
-def add_options(parser: argparse.ArgumentParser, names) -> None:
-    in_force = _in_force()
+def add_options(parser: argparse.ArgumentParser, names, in_force: dict) -> None:
     for name in names:
         option = OPTIONS[name]
         flag, value = f"--{name.replace('_', '-')}", in_force.get(name, option.default)
@@ -40,18 +39,19 @@ def _show(value) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness", description=__doc__.split(":")[0])
+    in_force = _in_force()  # read once: [tool.harness] of this folder, shown as each flag's default
     commands = parser.add_subparsers(dest="command", required=True)
     capture = commands.add_parser("capture", help="Capture fp32 single-device references into references/.")
-    add_options(capture, ("models", "kinds", "weights", "references"))
+    add_options(capture, ("models", "kinds", "weights", "references"), in_force)
     capture.add_argument("--shapes", default=None, help="Only these shapes, comma-separated (default: every shape).")
     capture.add_argument("--force", action="store_true", help="Replace existing references.")
     run = commands.add_parser("run", help="Run the parity matrix under torchrun and write reports/.")
-    add_options(run, RUN_OPTIONS)
+    add_options(run, RUN_OPTIONS, in_force)
     run.add_argument("--resume", action="store_true", help="Keep the finished cases of an interrupted run.")
     run.add_argument("--inject-fault", default=None, metavar="FAULT",
                      help="Run every case with a deliberate bug, to see it FAIL: " + ", ".join(FAULTS) + ".")
     selftest = commands.add_parser("selftest", help="Run the negative controls; exit 0 only if each bug is caught.")
-    add_options(selftest, ("references", "case_timeout", "cpu_max_ranks", "budget_factor"))
+    add_options(selftest, ("references", "case_timeout", "cpu_max_ranks", "budget_factor"), in_force)
     selftest.add_argument("--report-dir", dest="report_dir", default="reports/selftest", help="Where to write.")
     models = commands.add_parser("models", help="List diffusers' transformers with a parallel plan and the harness's "
                                                 "coverage.")
@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "TP pairs and degrees 2 and 4. Exit 1 on an error finding.")
     commands.add_parser("backends", help="List diffusers' attention backends: usable here (probed), why not, CP.")
     report = commands.add_parser("report", help="Re-render index.html from results.json, or compare two runs.")
-    add_options(report, ("report_dir",))
+    add_options(report, ("report_dir",), in_force)
     report.add_argument("--compare", nargs=2, metavar=("OLD_DIR", "NEW_DIR"), default=None,
                         help="Show the cases whose status changed between two runs (e.g. main vs a branch).")
     return parser

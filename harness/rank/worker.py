@@ -53,11 +53,12 @@ class Worker:
                 backends.reset_active_backend()
             gathered = [None] * self.world_size
             seconds = info["seconds"] if info else None
-            shape = tuple(self.work.as_tensor(output).shape) if error is None else None
+            compared = self.work.as_tensor(output) if error is None else None  # converted once, for both uses
+            shape = tuple(compared.shape) if compared is not None else None
             with self.work.phase("gathers"):
                 dist.all_gather_object(gathered, {"error": error, "peak_mem_mb": self.work.peak_memory_mb(),
                                                   "seconds": seconds, "shape": shape})
-                differences = self.rank_differences(output, gathered)
+                differences = self.rank_differences(compared, gathered)
             if self.rank == 0:
                 record = self.record(case, output, info, gathered)
                 record.rank_max_diff = differences
@@ -65,7 +66,7 @@ class Worker:
                 self.report(record)
             del output
 
-    def rank_differences(self, output, gathered: list[dict]) -> list[float | None]:
+    def rank_differences(self, mine: torch.Tensor | None, gathered: list[dict]) -> list[float | None]:
         """Every rank's output against rank 0's (max abs difference; None for a different shape). In diffusers every
         rank ends with the whole output, so a rank that disagrees is a bug that comparing rank 0 alone would miss."""
         if any(g["error"] is not None for g in gathered):
@@ -73,7 +74,6 @@ class Worker:
         shapes = [g["shape"] for g in gathered]
         if any(shape != shapes[0] for shape in shapes):
             return [0.0 if shape == shapes[0] else None for shape in shapes]
-        mine = self.work.as_tensor(output)
         theirs = mine.clone()
         dist.broadcast(theirs, src=0)
         difference = float((mine - theirs).abs().max()) if mine.numel() else 0.0
