@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     in_force = _in_force()  # read once: [tool.harness] of this folder, shown as each flag's default
     commands = parser.add_subparsers(dest="command", required=True)
     capture = commands.add_parser("capture", help="Capture fp32 single-device references into references/.")
-    add_options(capture, ("models", "kinds", "weights", "references"), in_force)
+    add_options(capture, ("models", "kinds", "train_models", "train_steps", "weights", "references"), in_force)
     capture.add_argument("--shapes", default=None, help="Only these shapes, comma-separated (default: every shape).")
     capture.add_argument("--force", action="store_true", help="Replace existing references.")
     run = commands.add_parser("run", help="Run the parity matrix under torchrun and write reports/.")
@@ -102,7 +102,7 @@ def cmd_capture(args) -> int:
     settings = _settings(args)
     shapes = split_list(args.shapes) if args.shapes else None
     capture_all(settings.models, settings.path("references"), args.force, settings.kinds, settings.weights,
-                shapes=shapes)
+                shapes=shapes, settings=settings)
     return 0
 
 

@@ -48,7 +48,8 @@ def pytest_generate_tests(metafunc):
             from harness.run.capture import reference_targets
 
             settings = settings_from(metafunc.config)
-            targets = reference_targets(settings.models, settings.kinds, weights_dir=settings.weights)
+            targets = reference_targets(settings.models, settings.kinds, weights_dir=settings.weights,
+                                        scopes=settings.scopes)
         metafunc.parametrize("reference_target", targets,
                              ids=[f"{model}@{shape}/{kind}" for kind, model, shape, _ in targets])
 
@@ -115,8 +116,9 @@ def captured_reference(request, reference_target):
     from harness.kinds import kind_of
 
     kind, model, shape, weights_dir = reference_target
-    root, force = settings_from(request.config).path("references"), request.config.getoption("ref_force")
-    return kind_of(kind).capture(model, shape, root, force, weights_dir)
+    settings = settings_from(request.config)
+    root, force = settings.path("references"), request.config.getoption("ref_force")
+    return kind_of(kind).capture(model, shape, root, force, weights_dir, **kind_of(kind).capture_options(settings))
 
 
 def check_reference(captured) -> None:

@@ -154,6 +154,8 @@ def layout_missing(layout) -> str | None:
         needs.append("ulysses_anything")
     if layout.anything and layout.ring > 1:
         needs.append("ring_anything")
+    if layout.dp > 1 and layout.is_context_parallel:  # without `mesh=` diffusers spans the whole world, dp ranks too
+        needs.append("cp_mesh")
     return next((reason for reason in map(missing, needs) if reason), None)
 
 

@@ -1,5 +1,9 @@
-"""Layout names (`single`, `ulysses2`, `ring2`, `ring2xulysses2`, `ulysses2any`, `tp2`, `tp2+ulysses2`, ...)
-and the diffusers configs they become."""
+"""Layout names (`single`, `ulysses2`, `ring2`, `ring2xulysses2`, `ulysses2any`, `tp2`, `tp2+ulysses2`, `dp2`,
+`dp2xulysses2`, ...) and the diffusers configs they become.
+
+`dpN` is data parallelism: N ranks each train on 1/N of the batch (train cases only); `dpNx<cp>` combines it with a
+context-parallel layout, every data-parallel rank holding a context-parallel group, as torchtitan lays out its mesh.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,14 @@ from dataclasses import dataclass
 from harness.core.errors import HarnessError
 
 DEFAULT_LAYOUTS = ("single", "ulysses2", "ring2", "ulysses4", "ring4", "ring2xulysses2", "tp2", "tp4")
-FULL_LAYOUTS = (*DEFAULT_LAYOUTS, "ulysses2any", "ring2any", "ulysses4any", "tp2+ulysses2", "tp2+ring2")
+FULL_LAYOUTS = (*DEFAULT_LAYOUTS, "ulysses2any", "ring2any", "ulysses4any", "tp2+ulysses2", "tp2+ring2", "dp2",
+                "dp2xulysses2", "dp2xring2")
 
 _CP = r"(?:ring(?P<rx>\d+)xulysses(?P<ux>\d+)|ulysses(?P<u>\d+)(?P<uany>any)?|ring(?P<r>\d+)(?P<rany>any)?)"
-_PATTERN = re.compile(rf"^(?:(?P<single>single)|tp(?P<tp>\d+)(?:\+{_CP})?|{_CP.replace('?P<', '?P<c_')})$")
-FORMS = "single, ulyssesN, ulyssesNany, ringN, ringNany, ringRxulyssesU, tpN, tpN+ulyssesM, tpN+ringM (N, M >= 2)"
+_PATTERN = re.compile(rf"^(?:(?P<single>single)|tp(?P<tp>\d+)(?:\+{_CP})?|dp(?P<dp>\d+)(?:x{_CP.replace('?P<', '?P<d_')})?"
+                      rf"|{_CP.replace('?P<', '?P<c_')})$")
+FORMS = ("single, ulyssesN, ulyssesNany, ringN, ringNany, ringRxulyssesU, tpN, tpN+ulyssesM, tpN+ringM, dpN, "
+         "dpNx<any of the context-parallel forms> (N, M >= 2)")
 
 
 @dataclass(frozen=True)
@@ -25,10 +32,15 @@ class Layout:
     ulysses: int = 1
     tp: int = 1
     anything: bool = False
+    dp: int = 1
 
     @property
     def world_size(self) -> int:
-        return self.ring * self.ulysses * self.tp
+        return self.dp * self.ring * self.ulysses * self.tp
+
+    @property
+    def is_data_parallel(self) -> bool:
+        return self.dp > 1
 
     @property
     def is_context_parallel(self) -> bool:
@@ -37,7 +49,9 @@ class Layout:
     def mesh_spec(self) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
         """The device mesh for this layout (a 2-D one when TP and CP combine), built once per launch and reused."""
         shape, names = [], []
-        for degree, name in ((self.tp, "tp"), (self.ring, "ring"), (self.ulysses, "ulysses")):
+        for degree, name in ((self.dp, "dp"), (self.tp, "tp"), (self.ring, "ring"), (self.ulysses, "ulysses")):
+            if name == "dp" and degree == 1:
+                continue
             if degree > 1 or (name != "tp" and self.is_context_parallel):
                 shape.append(degree)
                 names.append(name)
@@ -66,7 +80,7 @@ class Layout:
             if self.anything and self.ring > 1:
                 options["ring_anything"] = True
             if mesh is not None and compat.has("cp_mesh"):
-                options["mesh"] = mesh["ring", "ulysses"] if self.tp > 1 else mesh
+                options["mesh"] = mesh["ring", "ulysses"] if self.tp > 1 or self.dp > 1 else mesh
             cp = diffusers.ContextParallelConfig(**options)
         if self.tp > 1:
             tp = diffusers.TensorParallelConfig(tp_degree=self.tp, mesh=mesh["tp"] if mesh is not None and cp else mesh)
@@ -79,7 +93,7 @@ def parse_layout(name: str) -> Layout:
     match = _PATTERN.match(name)
     if match is None:
         raise HarnessError(f"unknown layout {name!r}; valid forms: {FORMS}")
-    groups = {key.removeprefix("c_"): value for key, value in match.groupdict().items() if value}
+    groups = {key.removeprefix("c_").removeprefix("d_"): value for key, value in match.groupdict().items() if value}
     if "single" in groups:
         return Layout(name)
     degrees = {key: int(value) for key, value in groups.items() if value.isdigit()}
@@ -88,4 +102,5 @@ def parse_layout(name: str) -> Layout:
     ring = degrees.get("r", degrees.get("rx", 1))
     ulysses = degrees.get("u", degrees.get("ux", 1))
     anything = bool(groups.get("uany") or groups.get("rany"))
-    return Layout(name, ring=ring, ulysses=ulysses, tp=degrees.get("tp", 1), anything=anything)
+    return Layout(name, ring=ring, ulysses=ulysses, tp=degrees.get("tp", 1), anything=anything,
+                  dp=degrees.get("dp", 1))

@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import torch
 from harness import SCHEMA_VERSION
 from harness.core.errors import HarnessError
 
-_WEIGHTS, _INPUTS, _OUTPUT = "weights.", "inputs.", "output"
+_WEIGHTS, _INPUTS, _OUTPUT, _EXTRAS = "weights.", "inputs.", "output", "extra."
 
 
 def fix_for(path: Path) -> str:
@@ -52,6 +52,7 @@ class Reference:
     inputs: dict[str, Any]
     output: torch.Tensor
     meta: dict[str, Any]
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # what a kind keeps besides its output (train)
 
 
 def reference_meta(model: str, shape: str, kind: str, config: dict, config_hash: str, **extra) -> dict[str, Any]:
@@ -78,7 +79,8 @@ def checksum(tensors: dict[str, torch.Tensor]) -> str:
     return digest.hexdigest()
 
 
-def write_reference(path: Path, weights, inputs, output, meta: dict[str, Any], force: bool = False) -> bool:
+def write_reference(path: Path, weights, inputs, output, meta: dict[str, Any], force: bool = False,
+                    extras: dict[str, torch.Tensor] | None = None) -> bool:
     """Write atomically; returns False (and writes nothing) when the file exists and `force` is off."""
     from safetensors.torch import save_file
 
@@ -94,6 +96,7 @@ def write_reference(path: Path, weights, inputs, output, meta: dict[str, Any], f
         else:
             static[key] = _encode(value)
     tensors[_OUTPUT] = output.detach().float().contiguous()
+    tensors.update({_EXTRAS + k: v.detach().contiguous() for k, v in (extras or {}).items()})
     header = dict(meta, schema=SCHEMA_VERSION, static_inputs=static, checksum=checksum(tensors))
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -160,7 +163,8 @@ def read_reference(path: Path, expected_config_hash: str | None = None) -> Refer
     weights = {k[len(_WEIGHTS):]: v for k, v in tensors.items() if k.startswith(_WEIGHTS)}
     inputs: dict[str, Any] = {k[len(_INPUTS):]: v for k, v in tensors.items() if k.startswith(_INPUTS)}
     inputs.update({key: _decode(value) for key, value in meta.get("static_inputs", {}).items()})
-    return Reference(path, weights, inputs, tensors[_OUTPUT], meta)
+    extras = {k[len(_EXTRAS):]: v for k, v in tensors.items() if k.startswith(_EXTRAS)}
+    return Reference(path, weights, inputs, tensors[_OUTPUT], meta, extras)
 
 
 def _encode(value):

@@ -56,6 +56,9 @@ class CaseResult:
     nonfinite: int | None = None
     ssim: float | None = None
     psnr: float | None = None
+    loss_err: float | None = None  # train: the largest relative error of a step's loss
+    grad_err: float | None = None  # train: relative L2 error of all step-1 gradients together
+    worst_param: str | None = None  # train: the parameter with the largest relative gradient error
     dispatched: str = ""
     kernels: str = ""
     reason: str = ""

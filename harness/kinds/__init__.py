@@ -9,8 +9,9 @@ from harness.core.errors import HarnessError
 from harness.kinds.base import Built, Kind, Policy
 from harness.kinds.image import ImageKind
 from harness.kinds.tensor import TensorKind
+from harness.kinds.train import TrainKind
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (TensorKind(), ImageKind())}
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (TensorKind(), ImageKind(), TrainKind())}
 
 
 def kind_of(name: str) -> Kind:

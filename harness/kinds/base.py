@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from harness.core.records import Case
 from harness.core.reference import Reference
 from harness.core.results import CaseResult, Status
@@ -20,6 +22,7 @@ class Built:
     run: Callable[[], Any]
     cp_plan: dict | None = None  # passed to `enable_parallelism` (None: the class's own `_cp_plan`)
     profile_scope: Any = None  # only attention kernels inside this module's forward are judged (None: all)
+    parallelize: Callable[[Any], None] | None = None  # called with the device mesh after `enable_parallelism`
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,8 @@ class Policy:
     budget_factor: float
     image_limits: dict[str, float]
     budget_max_factor: float = 1.5
+    train_limits: dict[str, float] | None = None  # loss_rel, grad_rel, weight_abs (train cases)
+    exact: bool = False  # train, fp32: losses must equal the reference's bit for bit
 
 
 class Kind:
@@ -40,6 +45,14 @@ class Kind:
 
     def unavailable(self) -> str | None:
         """Why this kind cannot run on this machine (a plan-time SKIP), or None."""
+        return None
+
+    def applies(self, layout) -> bool:
+        """Whether a case of this kind exists on `layout` at all (data parallelism splits a training batch only)."""
+        return not layout.is_data_parallel
+
+    def skip_reason(self, case: Case) -> str | None:
+        """Why this kind cannot run this particular case (a plan-time SKIP), or None."""
         return None
 
     def shapes(self, spec, wanted: list[str], weights_dir: str | None) -> list[tuple[str, str | None]]:
@@ -55,9 +68,17 @@ class Kind:
         raise NotImplementedError
 
     def capture(self, model: str, shape: str, root: Path, force: bool = False,
-                weights_dir: str | None = None) -> tuple[Path, bool]:
+                weights_dir: str | None = None, **options) -> tuple[Path, bool]:
         """Write the fp32 single-device reference; returns its path and whether it was written (False: kept)."""
         raise NotImplementedError
+
+    def capture_options(self, settings) -> dict:
+        """The options `capture` takes from the settings (keyword arguments)."""
+        return {}
+
+    def stale(self, meta: dict, settings) -> str | None:
+        """Why a sound reference does not fit what the settings ask (and the command that fixes it), or None."""
+        return None
 
     def reference_shapes(self, spec, weights_dir: str | None) -> list[str]:
         """Every reference `harness capture` / `pytest --ref` writes for a model."""
@@ -69,6 +90,11 @@ class Kind:
     def detach(self, output) -> Any:
         """The output as kept for comparison after the case (a CPU tensor, a picture)."""
         raise NotImplementedError
+
+    def comparable(self, output) -> torch.Tensor:
+        """The output as one contiguous fp32 CPU tensor, to compare what the ranks ended with."""
+        tensor = output if isinstance(output, torch.Tensor) else torch.as_tensor(output)
+        return tensor.detach().float().cpu().contiguous()
 
     def measure(self, output, reference: Reference, baseline, case: Case, images_dir: Path | None) -> dict:
         """What this kind measures against the reference and the single-device baseline (a value, or its error)."""

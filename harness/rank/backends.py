@@ -87,6 +87,50 @@ def probe(name: str, dtype: str = "bf16", device_type: str | None = None) -> Pro
     return Probe()
 
 
+@functools.cache
+def backward_missing(name: str, layout) -> str | None:
+    """Why diffusers cannot train with backend `name` under the context-parallel `layout`, or None. Under context
+    parallelism the backward is diffusers' own: the backend's `*_backward_op` (found among the names its registered
+    function calls) and, for the *any layouts, the templated autograd function's `backward`. Each is called with
+    nothing: one that is not implemented raises NotImplementedError before it looks at its arguments."""
+    import inspect
+
+    from diffusers.models import attention_dispatch as dispatch
+
+    function = inspect.unwrap(registry()._backends.get(_backend_key(name), lambda: None))
+    called = function.__code__.co_names if hasattr(function, "__code__") else ()
+    ops = [op for op in called if op.endswith("_backward_op")]
+    for op in ops:
+        message = _not_implemented(getattr(dispatch, op, None))
+        if message is not None:
+            return f"diffusers' {name} attention has no backward ({op}: {message})"
+    templated = [cls for degree, cls in ((layout.ulysses, "TemplatedUlyssesAnythingAttention"),
+                                         (layout.ring, "TemplatedRingAnythingAttention")) if layout.anything and degree > 1]
+    for cls in templated:
+        message = _not_implemented(getattr(getattr(dispatch, cls, None), "backward", None))
+        if message is not None:
+            return f"the {layout.name} layout has no backward in diffusers ({cls}.backward: {message})"
+    return None
+
+
+def _backend_key(name: str):
+    from diffusers.models.attention_dispatch import AttentionBackendName
+
+    return AttentionBackendName(name)
+
+
+def _not_implemented(function) -> str | None:
+    if function is None:
+        return None
+    try:
+        function(None, None)
+    except NotImplementedError as error:
+        return str(error) or "NotImplementedError"
+    except Exception:  # noqa: BLE001 - it got past the point where an unimplemented one raises
+        return None
+    return None
+
+
 @contextlib.contextmanager
 def quiet_dispatch():
     """Probe calls must not count as dispatches of the case under test."""

@@ -63,9 +63,12 @@ class CaseWork:
             built = kind_of(case.kind).build(case, reference, self.device)
         with faults.active(case.fault):
             with self.phase("parallel setup"):
-                config = case.layout.diffusers_config(self.mesh(case.layout))
+                mesh = self.mesh(case.layout)
+                config = case.layout.diffusers_config(mesh)
                 if config is not None:
                     built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
+                if built.parallelize is not None:
+                    built.parallelize(mesh)
             backends.reset_dispatches()
             self._sync(reset_peak=True)
             forward_started = time.perf_counter()
@@ -85,12 +88,6 @@ class CaseWork:
         return output, {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched, "kernels": executed,
                         "output_placements": placements, "functions": functions,
                         "expected_function": backends.DEFINED.get(case.backend)}
-
-    @staticmethod
-    def as_tensor(output) -> torch.Tensor:
-        """Any kind's output (a tensor, a picture) as a contiguous fp32 CPU tensor, to compare ranks."""
-        tensor = output if isinstance(output, torch.Tensor) else torch.as_tensor(output)
-        return tensor.detach().float().cpu().contiguous()
 
     def measure(self, case: Case, output) -> dict:
         """The kind's metrics against the reference and the single-device baseline of the case's dtype."""

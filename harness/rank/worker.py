@@ -20,6 +20,7 @@ import torch.distributed as dist
 from harness.core import determinism
 from harness.core.errors import traceback_text
 from harness.core.records import Case, CaseRecord, GroupSpec
+from harness.kinds import kind_of
 from harness.rank import backends, cpu
 from harness.rank.casework import CaseWork
 
@@ -53,7 +54,7 @@ class Worker:
                 backends.reset_active_backend()
             gathered = [None] * self.world_size
             seconds = info["seconds"] if info else None
-            compared = self.work.as_tensor(output) if error is None else None  # converted once, for both uses
+            compared = kind_of(case.kind).comparable(output) if error is None else None  # converted once, for both uses
             shape = tuple(compared.shape) if compared is not None else None
             with self.work.phase("gathers"):
                 dist.all_gather_object(gathered, {"error": error, "peak_mem_mb": self.work.peak_memory_mb(),

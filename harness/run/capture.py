@@ -12,35 +12,42 @@ from harness.core.reference import read_meta, read_reference, reference_path
 from harness.kinds import kind_of
 
 
-def reference_targets(models, kinds, shapes=None, weights_dir=None) -> list[tuple[str, str, str, str | None]]:
+def reference_targets(models, kinds, shapes=None, weights_dir=None,
+                      scopes: dict | None = None) -> list[tuple[str, str, str, str | None]]:
     """(kind, model, shape, weights folder) of every reference `harness capture` and `pytest --ref` write: each
-    kind's shapes of each model (or only `shapes`)."""
-    specs = [get_spec(name) for name in models]
+    kind's shapes of each of its models (`scopes`: {kind: (models, layouts)}, default `models`), or only `shapes`."""
+    models_of = {kind: (scopes or {}).get(kind, (models, None))[0] for kind in kinds}
+    specs = {name: get_spec(name) for names in models_of.values() for name in names}
     wanted = ["all"] if shapes is None else list(shapes)
     if "all" not in wanted:
-        known = {shape for kind in kinds for spec in specs for shape, _ in kind_of(kind).shapes(spec, ["all"],
-                                                                                               weights_dir)}
+        known = {shape for kind in kinds for name in models_of[kind]
+                 for shape, _ in kind_of(kind).shapes(specs[name], ["all"], weights_dir)}
         if set(wanted) - known:
-            raise HarnessError(f"unknown shape(s) {sorted(set(wanted) - known)} for {', '.join(models)}; valid: "
+            raise HarnessError(f"unknown shape(s) {sorted(set(wanted) - known)} for {', '.join(specs)}; valid: "
                                f"{', '.join(sorted(known))}")
-    return [(kind, spec.name, shape, folder) for kind in kinds for spec in specs
-            for shape, folder in kind_of(kind).shapes(spec, wanted, weights_dir)]
+    return [(kind, name, shape, folder) for kind in kinds for name in models_of[kind]
+            for shape, folder in kind_of(kind).shapes(specs[name], wanted, weights_dir)]
 
 
 def capture_all(models, root: Path, force: bool = False, kinds=("tensor", "image"), weights_dir=None,
-                echo: Callable[[str], None] = print, shapes=None) -> list[Path]:
+                echo: Callable[[str], None] = print, shapes=None, settings=None) -> list[Path]:
+    """Every reference of `models` x `kinds` (each kind's own models and options when `settings` is given)."""
     determinism.quiet_diffusers()
     paths = []
-    for kind, model, shape, folder in reference_targets(models, kinds, shapes, weights_dir):
-        path, written = kind_of(kind).capture(model, shape, root, force, folder)
+    scopes = settings.scopes if settings is not None else None
+    for kind, model, shape, folder in reference_targets(models, kinds, shapes, weights_dir, scopes):
+        options = kind_of(kind).capture_options(settings) if settings is not None else {}
+        path, written = kind_of(kind).capture(model, shape, root, force, folder, **options)
         echo(f"{'captured' if written else 'kept    '} {path}")
         paths.append(path)
     return paths
 
 
-def ensure_references(cases, root: Path, echo: Callable[[str], None], capture_missing: bool = True) -> dict:
-    """Capture what is missing (and say so), then verify every reference (checksum, schema, config) before anything
-    launches. Returns each reference's metadata by (model, shape, kind)."""
+def ensure_references(cases, root: Path, echo: Callable[[str], None], capture_missing: bool = True,
+                      settings=None) -> dict:
+    """Capture what is missing (and say so), then verify every reference (checksum, schema, config, and that it
+    fits the settings, e.g. the number of training steps) before anything launches. Returns each reference's
+    metadata by (model, shape, kind)."""
     needed = {(case.model, case.shape, case.kind): case for case in cases}  # one case speaks for its reference
     missing = sorted(key for key in needed if not reference_path(root, key[0], key[1], kind=key[2]).exists())
     if missing and not capture_missing:
@@ -52,11 +59,16 @@ def ensure_references(cases, root: Path, echo: Callable[[str], None], capture_mi
         determinism.quiet_diffusers()
     for key in missing:
         case = needed[key]
-        path, _ = kind_of(case.kind).capture(case.model, case.shape, root, weights_dir=case.weights_dir)
+        kind = kind_of(case.kind)
+        options = kind.capture_options(settings) if settings is not None else {}
+        path, _ = kind.capture(case.model, case.shape, root, weights_dir=case.weights_dir, **options)
         echo(f"captured {path}")
     metas = {}
     for key in sorted(needed):
         case, path = needed[key], reference_path(root, key[0], key[1], kind=key[2])
         read_reference(path, kind_of(case.kind).reference_hash(case))
         metas[key] = read_meta(path)
+        stale = kind_of(case.kind).stale(metas[key], settings) if settings is not None else None
+        if stale is not None:
+            raise HarnessError(f"reference {path} {stale}")
     return metas

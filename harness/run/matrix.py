@@ -19,7 +19,7 @@ from harness.run.report.idsets import describe
 
 CSV_COLUMNS = ["case_id", "model", "shape", "kind", "layout", "world_size", "backend", "dtype", "status",
                "max_abs_err", "mean_abs_err", "max_rel_err", "tolerance", "baseline_err", "err_ratio", "nonfinite",
-               "ssim", "psnr",
+               "ssim", "psnr", "loss_err", "grad_err", "worst_param",
                "dispatched", "kernels", "reason", "seconds", "peak_mem_mb"]
 WIDTH = 120  # terminal columns every line of `terminal()` fits in
 _INDEX_MAX, _CELL_MAX = 40, 24  # caps that keep one label plus one cell under WIDTH whatever the names

@@ -39,7 +39,8 @@ class RunSummary:
 
 def plan_from(settings: Settings, fault: str | None = None) -> list[PlannedCase]:
     plan = build_plan(settings.models, settings.layouts, settings.backends, settings.dtypes, settings.shapes,
-                      settings.cpu_max_ranks, fault, settings.kinds, settings.weights, settings.check_refusals)
+                      settings.cpu_max_ranks, fault, settings.kinds, settings.weights, settings.check_refusals,
+                      settings.scopes)
     return plan + uncovered_rows()
 
 
@@ -49,7 +50,7 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     report_dir = settings.path("report_dir")
     report_dir.mkdir(parents=True, exist_ok=True)
     runnable = [p.case for p in plan if p.runs]
-    metas = ensure_references(runnable, settings.path("references"), echo, capture_missing)
+    metas = ensure_references(runnable, settings.path("references"), echo, capture_missing, settings)
     issues = load_known_issues(settings.path("known_issues"))
     versions = _versions(metas)
     if versions["version_mismatch"]:  # said before the cases run too: every verdict below is against it
@@ -106,7 +107,7 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
         def on_outcome(outcome: Outcome) -> None:
             dtype = outcome.case.dtype
             policy = Policy(settings.tolerance_for(dtype), settings.budget_factor, settings.image_limit(dtype),
-                            settings.budget_max_factor)
+                            settings.budget_max_factor, settings.train_tolerance[dtype], settings.train_exact)
             result = judge(outcome, policy)
             result = apply_known_issues(apply_expected_refusal(result, refusals.get(result.case_id)), issues)
             prune_images(result, report_dir / "images", settings.images)

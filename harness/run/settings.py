@@ -41,7 +41,8 @@ class Settings:
     plan: str = _option("quick", "Preset for the options not given: quick (CI) or full (everything).",
                         choices=("quick", "full"))
     models: list[str] = _option(["flux", "flux2", "qwenimage"], "Models of the zoo to run, comma-separated.", True)
-    kinds: list[str] = _option(["tensor", "image"], "tensor (one forward) and/or image (a whole pipeline).", True)
+    kinds: list[str] = _option(["tensor", "image", "train"], "tensor (one forward), image (a whole pipeline), train "
+                                                              "(a few training steps).", True)
     weights: str | None = _option(None, "A local diffusers checkpoint folder to run the image cases on (never the "
                                         "hub).")
     shapes: list[str] = _option(["default", "masked"], "Input shapes per model (default, txt7, img15, masked, ...) "
@@ -50,6 +51,12 @@ class Settings:
                                  True)
     backends: list[str] = _option(list(EVERY_DEVICE), "Attention backends to run.", True)
     dtypes: list[str] = _option(["fp32", "bf16"], "Dtypes to run (fp32, bf16, fp16), comma-separated.", True)
+    train_models: list[str] | None = _option(None, "Models the train kind runs (default: those of --models).", True)
+    train_layouts: list[str] | None = _option(None, "Layouts the train kind runs, dpN and dpNx<cp> included "
+                                                    "(default: those of --layouts).", True)
+    train_steps: int = _option(3, "Optimizer steps a train case runs (and its reference holds).")
+    train_exact: bool = _option(False, "fp32 train cases must reproduce the reference's losses bit for bit, as "
+                                       "torchtitan's loss comparison demands of deterministic runs.")
     references: str = _option("references", "Directory of the captured fp32 references.")
     report_dir: str = _option("reports", "Directory where matrix.csv, matrix.md and results.json are written.")
     known_issues: str = _option("known_issues.toml", "TOML file of known failures that become XFAIL.")
@@ -79,6 +86,15 @@ class Settings:
          "bf16": {"ssim_min": 0.99, "psnr_min": 38.0, "max_abs_err_max": 0.10},
          "fp16": {"ssim_min": 0.999, "psnr_min": 45.0, "max_abs_err_max": 0.03}},
         "Image cases: SSIM, PSNR and max pixel error limits per dtype.", is_table=True)
+    # Train cases, fp32: clean layouts measure loss rel err <= {LOSS}, gradient rel L2 <= {GRAD}, weights after 3
+    # steps <= {WEIGHT} (benchmarks/train_noise.py); low precision answers to the error budget of its own dtype and
+    # to these caps.
+    train_tolerance: dict[str, dict[str, float]] = _option(
+        {"fp32": {"loss_rel": 1e-5, "grad_rel": 1e-4, "weight_abs": 1e-5},
+         "bf16": {"loss_rel": 0.05, "grad_rel": 0.2, "weight_abs": 0.01},
+         "fp16": {"loss_rel": 0.01, "grad_rel": 0.05, "weight_abs": 0.01}},
+        "Train cases: loss relative error, gradient relative L2 error and weight max abs error limits per dtype.",
+        is_table=True)
     root: Path = field(default=Path("."), metadata={"option": False})
 
     @property
@@ -95,6 +111,16 @@ class Settings:
     def image_limit(self, dtype: str) -> dict[str, float]:
         return self.image[dtype]
 
+    def kind_scope(self, kind: str) -> tuple[list[str], list[str]]:
+        """The models and layouts a kind runs: its own `<kind>_models` / `<kind>_layouts` where it has them (train),
+        else --models and --layouts."""
+        return (getattr(self, f"{kind}_models", None) or self.models,
+                getattr(self, f"{kind}_layouts", None) or self.layouts)
+
+    @property
+    def scopes(self) -> dict[str, tuple[list[str], list[str]]]:
+        return {kind: self.kind_scope(kind) for kind in self.kinds}
+
 
 OPTIONS = {
     f.name: Option(f.name, f.default_factory(), f.metadata["help"], f.metadata["is_list"], f.metadata["is_table"],
@@ -105,8 +131,10 @@ OPTIONS = {
 # The options `harness run` and the pytest plugin take as flags (capture and selftest take subsets).
 RUN_OPTIONS = tuple(name for name, option in OPTIONS.items() if not option.is_table)
 
+QUICK_TRAIN_LAYOUTS = ["ulysses2", "ring2", "ring4", "ring2xulysses2", "tp2", "dp2", "dp2xulysses2"]
+
 PLANS = {
-    "quick": {},
+    "quick": {"train_models": ["flux", "qwenimage"], "train_layouts": QUICK_TRAIN_LAYOUTS},
     "full": {
         "models": "all",
         "shapes": ["all"],
@@ -147,17 +175,23 @@ def load_settings(overrides: dict[str, Any] | None = None, start: Path | None = 
     plan = overrides.get("plan", values["plan"])
     if plan not in PLANS:
         raise HarnessError(f"unknown plan {plan!r}; valid plans: {', '.join(OPTIONS['plan'].choices)}")
-    for key, value in {**PLANS[plan], **overrides}.items():
+    explicit = {key.replace("-", "_") for key in table} | set(overrides)
+    preset = {key: value for key, value in PLANS[plan].items() if key not in explicit}
+    for key, value in {**preset, **overrides}.items():
         values[key] = split_list(value) if OPTIONS[key].is_list else value
+    for given, own in (("models", "train_models"), ("layouts", "train_layouts")):
+        if given in explicit and own not in explicit:  # `--models wan --kinds train` trains wan
+            values[own] = None
     for key, value in values.items():
         values[key] = _typed(OPTIONS[key], value, pyproject)
     for name, option in OPTIONS.items():
         if option.choices and values[name] not in option.choices:
             raise HarnessError(f"option {name}: {values[name]!r} is not one of {', '.join(option.choices)}")
-    if values["models"] == ["all"]:
-        from harness.catalogue.zoo import SPECS
+    for key in ("models", "train_models"):
+        if values[key] == ["all"]:
+            from harness.catalogue.zoo import SPECS
 
-        values["models"] = list(SPECS)
+            values[key] = list(SPECS)
     return Settings(**values, root=root)
 
 

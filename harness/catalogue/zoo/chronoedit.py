@@ -12,6 +12,8 @@ from harness.catalogue.zoo.wan import video_latents
 TEXT_TOKENS = 512  # hard-coded in the ChronoEdit/Wan I2V attention processor
 IMAGE_EMBED_TOKENS = 9
 
+TIMESTEP_SCALE = 1000.0  # the pipeline passes sigma * 1000 as `timestep`
+
 CONFIG = {
     "patch_size": [1, 2, 2],
     "num_attention_heads": 4,
@@ -39,11 +41,11 @@ SHAPES = shapes(
 def make_inputs(generator, shape: Shape):
     return {
         "hidden_states": video_latents(generator, shape, CONFIG["in_channels"]),
-        "timestep": 1000 * timestep(generator),
+        "timestep": TIMESTEP_SCALE * timestep(generator),
         "encoder_hidden_states": randn(generator, 1, shape.text, CONFIG["text_dim"]),
         "encoder_hidden_states_image": randn(generator, 1, IMAGE_EMBED_TOKENS, CONFIG["image_dim"]),
     }
 
 
 SPEC = ModelSpec("chronoedit", "ChronoEditTransformer3DModel", CONFIG, make_inputs, SHAPES,
-                 split_lengths_of=image_stream_only)
+                 split_lengths_of=image_stream_only, timestep_scale=TIMESTEP_SCALE)

@@ -17,6 +17,8 @@ from harness.catalogue.zoo.wan import video_latents
 
 HISTORY_SIZES = (16, 2, 1)  # long, mid, 1x: HeliosPipeline's defaults
 
+TIMESTEP_SCALE = 1000.0  # the pipeline passes sigma * 1000 as `timestep`
+
 CONFIG = {
     "patch_size": [1, 2, 2],
     "num_attention_heads": 4,
@@ -77,7 +79,7 @@ def make_inputs(generator, shape: Shape):
     prefix = torch.zeros_like(history_one)  # text-to-video first chunk: no image latents yet
     return {
         "hidden_states": video_latents(generator, shape, channels),
-        "timestep": 1000 * timestep(generator),
+        "timestep": TIMESTEP_SCALE * timestep(generator),
         "encoder_hidden_states": randn(generator, 1, shape.text, CONFIG["text_dim"]),
         **frame_indices(shape.frames),
         "latents_history_short": torch.cat([prefix, history_one], dim=2),
@@ -93,10 +95,10 @@ def history_and_chunk(shape: Shape) -> dict[str, int]:
 
 
 SPEC = ModelSpec("helios", "HeliosTransformer3DModel", CONFIG, make_inputs, SHAPES, cp_plan=pruned_cp_plan,
-                 split_lengths_of=history_and_chunk)
+                 split_lengths_of=history_and_chunk, timestep_scale=TIMESTEP_SCALE)
 
 # The same class with `is_amplify_history=True`: its attention processor derives the history length from the
 # rank's local sequence and the full-sequence `original_context_length`, which context parallelism makes disagree.
 AMPLIFY_SPEC = ModelSpec("helios_amplify", "HeliosTransformer3DModel", {**CONFIG, "is_amplify_history": True},
                          make_inputs, shapes(Shape("default", frames=2)), cp_plan=pruned_cp_plan,
-                         split_lengths_of=history_and_chunk)
+                         split_lengths_of=history_and_chunk, timestep_scale=TIMESTEP_SCALE)

@@ -8,6 +8,8 @@ own, and "masked" passes the padded prompt's real mask.
 
 from harness.catalogue.zoo.spec import ModelSpec, Shape, padded_text, randn, shapes, text_mask, timestep
 
+TIMESTEP_SCALE = 1000.0  # the pipeline passes sigma * 1000 as `timestep`
+
 CONFIG = {
     "in_channels": 4,
     "out_channels": 4,
@@ -33,7 +35,7 @@ def make_inputs(generator, shape: Shape):
     inputs = {
         "hidden_states": randn(generator, 1, shape.image_tokens, CONFIG["in_channels"]),
         "encoder_hidden_states": padded_text(generator, shape, CONFIG["caption_channels"]),
-        "timestep": 1000 * timestep(generator),
+        "timestep": TIMESTEP_SCALE * timestep(generator),
         "encoder_attention_mask": text_mask(shape) if shape.masked else None,
         "num_frames": shape.frames,
         "height": shape.height,
@@ -43,4 +45,4 @@ def make_inputs(generator, shape: Shape):
     return inputs
 
 
-SPEC = ModelSpec("ltx", "LTXVideoTransformer3DModel", CONFIG, make_inputs, SHAPES)
+SPEC = ModelSpec("ltx", "LTXVideoTransformer3DModel", CONFIG, make_inputs, SHAPES, timestep_scale=TIMESTEP_SCALE)

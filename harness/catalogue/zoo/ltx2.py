@@ -13,6 +13,8 @@ from harness.catalogue.zoo.spec import ModelSpec, Shape, padded_text, randn, sha
 
 AUDIO_LATENTS = 9  # odd on purpose: audio is never split, so its length must not matter
 
+TIMESTEP_SCALE = 1000.0  # the pipeline passes sigma * 1000 as `timestep`
+
 CONFIG = {
     "in_channels": 4,
     "out_channels": 4,
@@ -34,7 +36,7 @@ SHAPES = shapes(*ltx.SHAPES.values(), Shape("isolated", frames=2, options=("isol
 
 def make_inputs(generator, shape: Shape):
     mask = text_mask(shape) if shape.masked else None
-    t = 1000 * timestep(generator)
+    t = TIMESTEP_SCALE * timestep(generator)
     return {
         "hidden_states": randn(generator, 1, shape.image_tokens, CONFIG["in_channels"]),
         "audio_hidden_states": randn(generator, 1, AUDIO_LATENTS, CONFIG["audio_in_channels"]),
@@ -53,4 +55,5 @@ def make_inputs(generator, shape: Shape):
     }
 
 
-SPEC = ModelSpec("ltx2", "LTX2VideoTransformer3DModel", CONFIG, make_inputs, SHAPES)
+SPEC = ModelSpec("ltx2", "LTX2VideoTransformer3DModel", CONFIG, make_inputs, SHAPES,
+                 timestep_scale=TIMESTEP_SCALE, timestep_keys=("timestep", "sigma"))

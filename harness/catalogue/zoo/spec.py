@@ -71,6 +71,12 @@ class ModelSpec:
     # Adapts the installed diffusers class where an older release needs it (harness.core.compat), e.g. QwenImage on 0.36
     # requires `txt_seq_lens`, which references captured on newer releases do not carry; None: the class as is.
     compat_class: Callable[[type], type] | None = None
+    # Training (the `train` kind): the pipeline passes `timestep = sigma * timestep_scale` (1 for the Flux and Qwen
+    # families, 1000 for Wan and LTX) under each of `timestep_keys`; `untrainable` says why the flow-matching recipe
+    # does not apply to this model as the zoo builds it (None: it does).
+    timestep_scale: float = 1.0
+    timestep_keys: tuple[str, ...] = ("timestep",)
+    untrainable: str | None = None
 
     def split_lengths(self, shape: str = "default") -> dict[str, int]:
         """The sequence lengths a context-parallel layout splits for `shape` (what must divide by the degree)."""

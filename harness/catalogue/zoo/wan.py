@@ -10,6 +10,8 @@ import torch
 
 from harness.catalogue.zoo.spec import ModelSpec, Shape, image_stream_only, randn, shapes, timestep
 
+TIMESTEP_SCALE = 1000.0  # the pipeline passes sigma * 1000 as `timestep`
+
 CONFIG = {
     "patch_size": [1, 2, 2],
     "num_attention_heads": 4,
@@ -39,7 +41,7 @@ def video_latents(generator, shape: Shape, channels: int) -> torch.Tensor:
 
 
 def make_inputs(generator, shape: Shape):
-    t = 1000 * timestep(generator)
+    t = TIMESTEP_SCALE * timestep(generator)
     if shape.has("per_token_timestep"):
         # Wan 2.2 TI2V: timestep = (first-frame mask * t) per patch token, first latent frame kept clean.
         per_frame = torch.ones(shape.frames, shape.grid_tokens)
@@ -52,4 +54,5 @@ def make_inputs(generator, shape: Shape):
     }
 
 
-SPEC = ModelSpec("wan", "WanTransformer3DModel", CONFIG, make_inputs, SHAPES, split_lengths_of=image_stream_only)
+SPEC = ModelSpec("wan", "WanTransformer3DModel", CONFIG, make_inputs, SHAPES, split_lengths_of=image_stream_only,
+                 timestep_scale=TIMESTEP_SCALE)
