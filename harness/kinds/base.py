@@ -23,6 +23,7 @@ class Built:
     cp_plan: dict | None = None  # passed to `enable_parallelism` (None: the class's own `_cp_plan`)
     profile_scope: Any = None  # only attention kernels inside this module's forward are judged (None: all)
     parallelize: Callable[[Any], None] | None = None  # called with the device mesh after `enable_parallelism`
+    proof: Callable[[], Any] | None = None  # what the kernel proof profiles (None: `run` again)
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,10 @@ class Kind:
         """Write the fp32 single-device reference; returns its path and whether it was written (False: kept)."""
         raise NotImplementedError
 
+    def captures(self, spec) -> bool:
+        """Whether this kind has a reference for the model at all (its cases may still be planned, as SKIP)."""
+        return True
+
     def capture_options(self, settings) -> dict:
         """The options `capture` takes from the settings (keyword arguments)."""
         return {}
@@ -103,6 +108,10 @@ class Kind:
     def judge(self, result: CaseResult, metrics: dict, policy: Policy) -> tuple[Status, str]:
         """Fill the result's figures from `metrics` and say PASS or FAIL with the reason."""
         raise NotImplementedError
+
+    def rank_tolerance(self, result: CaseResult) -> float:
+        """How far another rank's output may be from rank 0's."""
+        return result.tolerance or 0.0
 
     def cell(self, result: CaseResult) -> str:
         """The figure the terminal matrix shows beside the status ('' for none)."""

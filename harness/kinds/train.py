@@ -27,6 +27,7 @@ from harness.rank import backends, training
 from harness.rank.compare import training_errors
 
 DEFAULT_STEPS = 3
+TRAINED_SHAPES = ("default", "masked")
 _GRAD, _FINAL = "grad.", "final."
 
 
@@ -41,14 +42,15 @@ class TrainKind(Kind):
         spec = get_spec(case.model)
         if spec.untrainable:
             return f"no training recipe for {spec.name}: {spec.untrainable}"
-        if case.layout.is_context_parallel:
-            return backends.backward_missing(case.backend, case.layout)
-        return None
+        return backends.backward_missing(case.backend, case.layout, case.dtype)
 
     def shapes(self, spec, wanted, weights_dir):
+        """The default shape and the padded-prompt one (a mask that must follow the tokens through backward too).
+        The odd-length shapes test the forward's split: plain ring/Ulysses refuse them and the *any layouts, which
+        take them, have no backward."""
         if weights_dir is not None:
             return []
-        names = list(spec.shapes) if "all" in wanted else [name for name in wanted if name in spec.shapes]
+        names = [name for name in TRAINED_SHAPES if name in spec.shapes and ("all" in wanted or name in wanted)]
         return [(name, None) for name in names]
 
     def split_lengths(self, case: Case) -> dict[str, int]:
@@ -56,6 +58,9 @@ class TrainKind(Kind):
 
     def reference_hash(self, case: Case) -> str:
         return _recipe_hash(get_spec(case.model).config_hash())
+
+    def captures(self, spec) -> bool:
+        return spec.untrainable is None
 
     def capture_options(self, settings) -> dict:
         return {"steps": settings.train_steps}
@@ -120,7 +125,11 @@ class TrainKind(Kind):
                 parallelize(None)
             return {**state["trainer"].run(), "engine": state["engine"]}
 
-        return Built(model, run, cp_plan=spec.context_parallel_plan(model.config), parallelize=parallelize)
+        def proof() -> None:
+            state["trainer"].first_step()
+
+        return Built(model, run, cp_plan=spec.context_parallel_plan(model.config), parallelize=parallelize,
+                     proof=proof)
 
     def detach(self, output):
         return output
@@ -147,15 +156,82 @@ class TrainKind(Kind):
         return metrics
 
     def judge(self, result: CaseResult, metrics: dict, policy: Policy) -> tuple[Status, str]:
+        """fp32: every figure within its limit (and bitwise-equal losses with `exact`). Low precision: the loss, all
+        gradients together, and each parameter's gradient within the budget of the single-device run of the same
+        dtype, above the dtype's noise floor (the weights after a few AdamW steps are noise in low precision: its
+        first steps move every weight by about the learning rate, whatever the sign noise). Always: no NaN/Inf, a
+        gradient for every parameter, and ranks that agree bit for bit on every plain parameter."""
+        limits = policy.train_limits
         result.loss_err, result.grad_err = metrics["loss_rel_err"], metrics["grad_err"]
         result.worst_param, result.nonfinite = metrics["worst_param"], metrics["nonfinite"]
-        result.max_abs_err = metrics["weight_max_abs_err"]
-        result.tolerance = policy.train_limits["weight_abs"]
+        result.max_abs_err, result.tolerance = metrics["weight_max_abs_err"], limits["grad_rel"]
         result.extra["train"] = _figures(metrics)
-        return Status.PASS, ""
+        if result.nonfinite:
+            return Status.FAIL, f"training produced {result.nonfinite} non-finite values (NaN/Inf)"
+        if metrics["missing"]:
+            return Status.FAIL, f"no gradient for {_names(metrics['missing'])}"
+        if metrics["disagreement"]:
+            spread = metrics["disagreement"]
+            return Status.FAIL, (f"the ranks disagree on the plain parameter(s) {_names(spread, spread)}: each rank "
+                                 f"trains its own copy")
+        if result.dtype == "fp32":
+            return self._judge_fp32(metrics, limits, policy.exact)
+        baseline = metrics.get("baseline")
+        if baseline is None:
+            return Status.ERROR, (f"cannot judge: the single-device {result.dtype} training failed "
+                                  f"({metrics.get('baseline_error')}), so there is no error budget")
+        result.baseline_err = baseline["grad_err"]
+        result.err_ratio = _ratio(result.grad_err, baseline["grad_err"])
+        broken = []
+        if result.err_ratio > policy.budget_factor:
+            broken.append(f"gradients: rel L2 err {result.grad_err:.3g} is {result.err_ratio:.2f}x the single-device "
+                          f"{result.dtype} {baseline['grad_err']:.3g} (budget {policy.budget_factor}x)")
+        if metrics["loss_rel_err"] > max(policy.budget_max_factor * baseline["loss_rel_err"], limits["loss_rel"]):
+            broken.append(f"loss: rel err {metrics['loss_rel_err']:.3g} > {policy.budget_max_factor}x the "
+                          f"single-device {result.dtype} {baseline['loss_rel_err']:.3g} (floor {limits['loss_rel']:.3g})")
+        own = metrics.get("baseline_param_errors", {})
+        wrong = {name: value["rel_l2"] for name, value in metrics["param_errors"].items()
+                 if value["rel_l2"] > max(policy.budget_max_factor * own.get(name, 0.0), limits["grad_rel"])}
+        if wrong:
+            broken.append(f"gradient of {_names(wrong, wrong)} (rel L2 err) beyond {policy.budget_max_factor}x the "
+                          f"single-device {result.dtype} and the floor {limits['grad_rel']:.3g}")
+        return (Status.FAIL, "; ".join(broken)) if broken else (Status.PASS, "")
+
+    @staticmethod
+    def _judge_fp32(metrics: dict, limits: dict, exact: bool) -> tuple[Status, str]:
+        broken = []
+        if exact and not metrics["loss_bitwise_equal"]:
+            broken.append(f"losses not bitwise equal to the reference (exact; max abs diff "
+                          f"{metrics['loss_abs_err']:.3g})")
+        if metrics["loss_rel_err"] > limits["loss_rel"]:
+            broken.append(f"loss: rel err {metrics['loss_rel_err']:.3g} > {limits['loss_rel']:.3g}")
+        wrong = {name: value["rel_l2"] for name, value in metrics["param_errors"].items()
+                 if value["rel_l2"] > limits["grad_rel"]}
+        if wrong:
+            broken.append(f"gradient of {_names(wrong, wrong)} (rel L2 err) > {limits['grad_rel']:.3g}")
+        if metrics["weight_max_abs_err"] > limits["weight_abs"]:
+            broken.append(f"weights after the last step: max abs err {metrics['weight_max_abs_err']:.3g} > "
+                          f"{limits['weight_abs']:.3g}")
+        return (Status.FAIL, "; ".join(broken)) if broken else (Status.PASS, "")
+
+    def rank_tolerance(self, result: CaseResult) -> float:
+        """A correct training loop leaves every rank with the same numbers, bit for bit (all-reduced gradients,
+        gathered DTensors): any difference is a bug."""
+        return 0.0
 
     def cell(self, result: CaseResult) -> str:
         return f" g{result.grad_err:.0e}" if result.grad_err is not None else ""
+
+
+def _names(names, values: dict | None = None, most: int = 3) -> str:
+    """The first few names, worst first when `values` are given, with how many more."""
+    ordered = sorted(names, key=lambda name: -values[name]) if values else list(names)
+    shown = ", ".join(f"{name} ({values[name]:.3g})" if values else name for name in ordered[:most])
+    return shown + (f" and {len(ordered) - most} more" if len(ordered) > most else "")
+
+
+def _ratio(value: float, baseline: float) -> float:
+    return value / baseline if baseline > 0 else (0.0 if value == 0 else float("inf"))
 
 
 def _recipe_hash(config_hash: str) -> str:

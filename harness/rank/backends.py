@@ -88,15 +88,28 @@ def probe(name: str, dtype: str = "bf16", device_type: str | None = None) -> Pro
 
 
 @functools.cache
-def backward_missing(name: str, layout) -> str | None:
-    """Why diffusers cannot train with backend `name` under the context-parallel `layout`, or None. Under context
-    parallelism the backward is diffusers' own: the backend's `*_backward_op` (found among the names its registered
-    function calls) and, for the *any layouts, the templated autograd function's `backward`. Each is called with
-    nothing: one that is not implemented raises NotImplementedError before it looks at its arguments."""
+def backward_missing(name: str, layout, dtype: str = "fp32") -> str | None:
+    """Why the backend `name` cannot train under `layout`, or None. On one device its backward is PyTorch's: a tiny
+    call is differentiated (flex attention has none on CPU). Under context parallelism the backward is diffusers'
+    own: the backend's `*_backward_op` (found among the names its registered function calls) and, for the *any
+    layouts, the templated autograd function's `backward`. Each is called with nothing: one that is not implemented
+    raises NotImplementedError before it looks at its arguments."""
     import inspect
 
     from diffusers.models import attention_dispatch as dispatch
 
+    from harness.core.dtypes import torch_dtype
+
+    query = torch.randn(1, 8, 2, 16, device=default_device(), dtype=torch_dtype(dtype), requires_grad=True)
+    try:
+        with warnings.catch_warnings(), quiet_dispatch():
+            warnings.simplefilter("ignore")
+            dispatch.dispatch_attention_fn(query, query, query, backend=dispatch.AttentionBackendName(name)) \
+                .float().sum().backward()
+    except Exception as error:  # noqa: BLE001 - the reason is the SKIP's
+        return f"{name} attention has no backward here ({default_device().type}, {dtype}): {first_line(error)}"
+    if not layout.is_context_parallel:
+        return None
     function = inspect.unwrap(registry()._backends.get(_backend_key(name), lambda: None))
     called = function.__code__.co_names if hasattr(function, "__code__") else ()
     ops = [op for op in called if op.endswith("_backward_op")]

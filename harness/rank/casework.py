@@ -80,7 +80,7 @@ class CaseWork:
             # A second, profiled run proves the kernels; it stays out of the timings above. (Profiling the case's
             # own run costs as much here, and crashed torch's CPU profiler in ring layouts on 4 ranks twice.)
             with self.phase("proof (profiler)"):
-                executed = kernels.profile_kernels(built.run, scope=built.profile_scope)
+                executed = kernels.profile_kernels(built.proof or built.run, scope=built.profile_scope)
         placements = None
         if hasattr(output, "full_tensor"):  # materialised to compare, and reported: diffusers returns plain tensors
             placements = str(tuple(output.placements))

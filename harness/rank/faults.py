@@ -21,6 +21,12 @@ FAULTS = {
     "rope_sign": "a change to diffusers itself: Flux's RoPE rotates the other way (applies to every run, baseline too)",
     "rank1_diverges": "context parallel: rank 1's final gather returns a slightly different output than rank 0's",
     "bf16_few_tokens": "low precision: in bf16 only, one output value comes back 0.02 off after the final gather",
+    "train_skip_cp_reduction": "training: the harness skips summing gradients over the context-parallel ranks",
+    "train_double_cp_reduction": "training: the harness sums gradients over the context-parallel ranks twice",
+    "train_skip_dp_reduction": "training: the data-parallel engine never reduces the gradients (each rank keeps its "
+                               "own half-batch gradient)",
+    "cp_backward_local_only": "context parallel: attention's forward is right, its backward uses only the rank's own "
+                              "key/value chunk (gradients wrong, every forward check passes)",
     "hang_rank1": "reliability: rank 1 never reaches the collective the others wait in",
     "raise_rank1": "reliability: rank 1 raises before the forward while the others wait in a collective",
     "kill_rank1": "reliability: rank 1 is killed (SIGKILL) in the middle of the case",
@@ -259,3 +265,79 @@ def _round_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
     mantissa, exponent = torch.frexp(x)
     scale = 2.0 ** (bits + 1)
     return torch.ldexp(torch.round(mantissa * scale) / scale, exponent)
+
+
+@contextlib.contextmanager
+def _train_skip_cp_reduction():
+    from harness.rank import training
+
+    original = training.reduce_context_parallel
+    training.reduce_context_parallel = lambda parameters, groups: None
+    try:
+        yield
+    finally:
+        training.reduce_context_parallel = original
+
+
+@contextlib.contextmanager
+def _train_double_cp_reduction():
+    from harness.rank import training
+
+    original = training.reduce_context_parallel
+
+    def twice(parameters, groups):
+        parameters = list(parameters)
+        original(parameters, groups)
+        original(parameters, groups)
+
+    training.reduce_context_parallel = twice
+    try:
+        yield
+    finally:
+        training.reduce_context_parallel = original
+
+
+@contextlib.contextmanager
+def _train_skip_dp_reduction():
+    from harness.rank import training
+
+    original = training.data_parallel_sync
+
+    @contextlib.contextmanager
+    def no_sync(model):
+        if hasattr(model, "no_sync"):  # DDP
+            with model.no_sync():
+                yield
+        elif hasattr(model, "set_requires_gradient_sync"):  # FSDP2: the reduce-scatter is skipped
+            model.set_requires_gradient_sync(False)
+            try:
+                yield
+            finally:
+                model.set_requires_gradient_sync(True)
+        else:
+            yield
+
+    training.data_parallel_sync = no_sync
+    try:
+        yield
+    finally:
+        training.data_parallel_sync = original
+
+
+@contextlib.contextmanager
+def _cp_backward_local_only():
+    from diffusers.models import attention_dispatch as dispatch
+
+    original = dispatch._templated_context_parallel_attention
+
+    def local_backward(query, key, value, *args, **kwargs):
+        right = original(query, key, value, *args, **kwargs)
+        q, k, v = (x.permute(0, 2, 1, 3) for x in (query, key, value))
+        local = torch.nn.functional.scaled_dot_product_attention(q, k, v).permute(0, 2, 1, 3)
+        return local + (right - local).detach()  # the forward's numbers, the local attention's gradient
+
+    dispatch._templated_context_parallel_attention = local_backward
+    try:
+        yield
+    finally:
+        dispatch._templated_context_parallel_attention = original

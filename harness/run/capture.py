@@ -15,8 +15,9 @@ from harness.kinds import kind_of
 def reference_targets(models, kinds, shapes=None, weights_dir=None,
                       scopes: dict | None = None) -> list[tuple[str, str, str, str | None]]:
     """(kind, model, shape, weights folder) of every reference `harness capture` and `pytest --ref` write: each
-    kind's shapes of each of its models (`scopes`: {kind: (models, layouts)}, default `models`), or only `shapes`."""
-    models_of = {kind: (scopes or {}).get(kind, (models, None))[0] for kind in kinds}
+    kind's shapes of each of its models (`scopes`: {kind: (models, layouts, shapes)}, default `models`), or only
+    `shapes`."""
+    models_of = {kind: (scopes or {}).get(kind, (models,))[0] for kind in kinds}
     specs = {name: get_spec(name) for names in models_of.values() for name in names}
     wanted = ["all"] if shapes is None else list(shapes)
     if "all" not in wanted:
@@ -26,6 +27,7 @@ def reference_targets(models, kinds, shapes=None, weights_dir=None,
             raise HarnessError(f"unknown shape(s) {sorted(set(wanted) - known)} for {', '.join(specs)}; valid: "
                                f"{', '.join(sorted(known))}")
     return [(kind, name, shape, folder) for kind in kinds for name in models_of[kind]
+            if kind_of(kind).captures(specs[name])
             for shape, folder in kind_of(kind).shapes(specs[name], wanted, weights_dir)]
 
 

@@ -102,8 +102,8 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
                check_refusals: bool = False, scopes: dict | None = None) -> list[PlannedCase]:
     """Every case, in a stable order; what cannot run here carries its SKIP reason. Image cases exist for the models
     with a tiny pipeline, at the tiny pipeline's own size, or on the local checkpoint `weights_dir`. A kind runs the
-    layouts it applies to (data-parallel layouts: train only), on its own models and layouts where `scopes` gives
-    them ({kind: (models, layouts)}).
+    layouts it applies to (data-parallel layouts: train only), on its own models, layouts and shapes where `scopes`
+    gives them ({kind: (models, layouts, shapes)}).
 
     A case diffusers is expected to refuse is a SKIP with the reason, or, with `check_refusals`, runs so that the
     refusal is seen (XFAIL) and a backend that runs where it should refuse is judged like any other case."""
@@ -115,13 +115,14 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
     for backend in backends:
         if backend not in known_backends:
             raise HarnessError(f"unknown backend {backend!r}; valid backends: {', '.join(sorted(known_backends))}")
-    scopes = {kind: (scopes or {}).get(kind, (models, layouts)) for kind in kinds}
+    scopes = {kind: (scopes or {}).get(kind, (models, layouts, shapes)) for kind in kinds}
     parsed = {name: parse_layout(name) for scope in scopes.values() for name in scope[1]}
     every_model = list(dict.fromkeys(name for scope in scopes.values() for name in scope[0]))
     specs = [get_spec(name) for name in every_model]
     known_shapes = {name for spec in SPECS.values() for name in spec.shapes} | {"all"}
-    if set(shapes) - known_shapes:  # a known shape runs on the models that have it
-        raise HarnessError(f"unknown shape(s) {sorted(set(shapes) - known_shapes)}; valid shapes: "
+    asked = {shape for scope in scopes.values() for shape in scope[2]}
+    if asked - known_shapes:  # a known shape runs on the models that have it
+        raise HarnessError(f"unknown shape(s) {sorted(asked - known_shapes)}; valid shapes: "
                            f"{', '.join(sorted(known_shapes))}")
     unknown_kinds = set(kinds) - set(KINDS)
     if unknown_kinds:
@@ -131,7 +132,7 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
     for spec in specs:
         for kind in (name for name in KINDS if name in kinds and spec.name in scopes[name][0]):
             kind_layouts = [parsed[name] for name in scopes[kind][1] if kind_of(kind).applies(parsed[name])]
-            for shape, folder in kind_of(kind).shapes(spec, list(shapes), weights_dir):
+            for shape, folder in kind_of(kind).shapes(spec, list(scopes[kind][2]), weights_dir):
                 for layout, backend, dtype in product(kind_layouts, backends, dtypes):
                     case = Case(spec.name, layout, backend, dtype, kind, shape, fault, folder)
                     plan.append(_planned(case, limit, check_refusals))

@@ -59,6 +59,12 @@ CONTROLS = [
     Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "vs fp32 reference: ssim", "image"),
     Control("flux", "ulysses2", "native", "bf16", "cp_local_attention", "vs single-device bf16: ssim", "image"),
     Control("qwenimage", "tp2", "native", "fp32", "tp_skip_allreduce", "vs fp32 reference: ssim", "image"),
+    Control("flux", "ulysses2", "native", "fp32", "train_skip_cp_reduction", "the ranks disagree", "train"),
+    Control("flux", "ulysses2", "native", "fp32", "train_double_cp_reduction", "gradient of", "train"),
+    Control("flux", "dp2", "native", "fp32", "train_skip_dp_reduction", "no gradient for", "train"),
+    Control("flux", "ulysses2", "native", "fp32", "cp_backward_local_only", "gradient of", "train"),
+    Control("qwenimage", "ring2", "_native_flash", "fp32", "cp_backward_local_only", "gradient of", "train"),
+    Control("flux", "ulysses2", "native", "bf16", "cp_backward_local_only", "gradient", "train"),
 ]
 
 

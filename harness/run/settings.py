@@ -54,6 +54,7 @@ class Settings:
     train_models: list[str] | None = _option(None, "Models the train kind runs (default: those of --models).", True)
     train_layouts: list[str] | None = _option(None, "Layouts the train kind runs, dpN and dpNx<cp> included "
                                                     "(default: those of --layouts).", True)
+    train_shapes: list[str] | None = _option(None, "Shapes the train kind runs (default: those of --shapes).", True)
     train_steps: int = _option(3, "Optimizer steps a train case runs (and its reference holds).")
     train_exact: bool = _option(False, "fp32 train cases must reproduce the reference's losses bit for bit, as "
                                        "torchtitan's loss comparison demands of deterministic runs.")
@@ -86,15 +87,17 @@ class Settings:
          "bf16": {"ssim_min": 0.99, "psnr_min": 38.0, "max_abs_err_max": 0.10},
          "fp16": {"ssim_min": 0.999, "psnr_min": 45.0, "max_abs_err_max": 0.03}},
         "Image cases: SSIM, PSNR and max pixel error limits per dtype.", is_table=True)
-    # Train cases, fp32: clean layouts measure loss rel err <= {LOSS}, gradient rel L2 <= {GRAD}, weights after 3
-    # steps <= {WEIGHT} (benchmarks/train_noise.py); low precision answers to the error budget of its own dtype and
-    # to these caps.
+    # Train cases. fp32 limits, from clean layouts of flux and qwenimage (3 AdamW steps): loss rel err <= 1.1e-7,
+    # each parameter's gradient rel L2 err <= 1e-6, weights <= 1.3e-5; a ring4 backward that sends gradients the
+    # wrong way measures loss 3e-4, gradients 1.0, weights 6e-3. Low precision: the single-device run of the same
+    # dtype sets the budget, and these are noise floors below which nothing fails (clean bf16: loss 1.1e-3,
+    # per-parameter gradients up to 0.18; fp16: 2.2e-4 and 0.07).
     train_tolerance: dict[str, dict[str, float]] = _option(
-        {"fp32": {"loss_rel": 1e-5, "grad_rel": 1e-4, "weight_abs": 1e-5},
-         "bf16": {"loss_rel": 0.05, "grad_rel": 0.2, "weight_abs": 0.01},
-         "fp16": {"loss_rel": 0.01, "grad_rel": 0.05, "weight_abs": 0.01}},
-        "Train cases: loss relative error, gradient relative L2 error and weight max abs error limits per dtype.",
-        is_table=True)
+        {"fp32": {"loss_rel": 1e-5, "grad_rel": 1e-4, "weight_abs": 1e-4},
+         "bf16": {"loss_rel": 3e-3, "grad_rel": 0.3},
+         "fp16": {"loss_rel": 1e-3, "grad_rel": 0.15}},
+        "Train cases: fp32 limits (loss rel err, each gradient's rel L2 err, weights' max abs err); low precision: "
+        "noise floors under the budget of the same dtype.", is_table=True)
     root: Path = field(default=Path("."), metadata={"option": False})
 
     @property
@@ -111,14 +114,15 @@ class Settings:
     def image_limit(self, dtype: str) -> dict[str, float]:
         return self.image[dtype]
 
-    def kind_scope(self, kind: str) -> tuple[list[str], list[str]]:
-        """The models and layouts a kind runs: its own `<kind>_models` / `<kind>_layouts` where it has them (train),
-        else --models and --layouts."""
+    def kind_scope(self, kind: str) -> tuple[list[str], list[str], list[str]]:
+        """The models, layouts and shapes a kind runs: its own `<kind>_models` / `_layouts` / `_shapes` where it has
+        them (train), else --models, --layouts and --shapes."""
         return (getattr(self, f"{kind}_models", None) or self.models,
-                getattr(self, f"{kind}_layouts", None) or self.layouts)
+                getattr(self, f"{kind}_layouts", None) or self.layouts,
+                getattr(self, f"{kind}_shapes", None) or self.shapes)
 
     @property
-    def scopes(self) -> dict[str, tuple[list[str], list[str]]]:
+    def scopes(self) -> dict[str, tuple[list[str], list[str], list[str]]]:
         return {kind: self.kind_scope(kind) for kind in self.kinds}
 
 
@@ -134,7 +138,7 @@ RUN_OPTIONS = tuple(name for name, option in OPTIONS.items() if not option.is_ta
 QUICK_TRAIN_LAYOUTS = ["ulysses2", "ring2", "ring4", "ring2xulysses2", "tp2", "dp2", "dp2xulysses2"]
 
 PLANS = {
-    "quick": {"train_models": ["flux", "qwenimage"], "train_layouts": QUICK_TRAIN_LAYOUTS},
+    "quick": {"train_models": ["flux", "qwenimage"], "train_layouts": QUICK_TRAIN_LAYOUTS, "train_shapes": ["default"]},
     "full": {
         "models": "all",
         "shapes": ["all"],
@@ -179,7 +183,7 @@ def load_settings(overrides: dict[str, Any] | None = None, start: Path | None = 
     preset = {key: value for key, value in PLANS[plan].items() if key not in explicit}
     for key, value in {**preset, **overrides}.items():
         values[key] = split_list(value) if OPTIONS[key].is_list else value
-    for given, own in (("models", "train_models"), ("layouts", "train_layouts")):
+    for given, own in (("models", "train_models"), ("layouts", "train_layouts"), ("shapes", "train_shapes")):
         if given in explicit and own not in explicit:  # `--models wan --kinds train` trains wan
             values[own] = None
     for key, value in values.items():

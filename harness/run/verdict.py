@@ -40,7 +40,7 @@ def judge(outcome: Outcome, policy: Policy) -> CaseResult:
     result.status, result.reason = kind_of(outcome.case.kind).judge(result, record.metrics, policy)
     if result.status is Status.ERROR:  # the kind could not judge it (a failed baseline): nothing to add
         return result
-    integrity = _integrity_failure(result, record)
+    integrity = _integrity_failure(result, record, kind_of(outcome.case.kind).rank_tolerance(result))
     if integrity is not None:  # what rank 0's numbers cannot show: other ranks' outputs, the output's type
         numbers = f"; rank 0: {result.reason or 'within tolerance'}"
         result.status, result.reason = Status.FAIL, integrity + numbers
@@ -52,7 +52,7 @@ def judge(outcome: Outcome, policy: Policy) -> CaseResult:
     return result
 
 
-def _integrity_failure(result: CaseResult, record) -> str | None:
+def _integrity_failure(result: CaseResult, record, tolerance: float) -> str | None:
     """A rank whose output differs from rank 0's by more than the case's tolerance, or an output that is still a
     DTensor (a Shard or Partial placement diffusers should have gathered or reduced; `full_tensor()` would repair
     it silently)."""
@@ -64,8 +64,8 @@ def _integrity_failure(result: CaseResult, record) -> str | None:
     for rank, difference in enumerate(record.rank_max_diff):
         if difference is None:
             return f"rank {rank}'s output has another shape than rank 0's"
-        if not difference <= (result.tolerance or 0.0):
-            return f"rank {rank}'s output differs from rank 0's by {difference:.3g} (tolerance {result.tolerance:.3g})"
+        if not difference <= tolerance:
+            return f"rank {rank}'s output differs from rank 0's by {difference:.3g} (tolerance {tolerance:.3g})"
     return None
 
 

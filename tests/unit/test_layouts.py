@@ -22,7 +22,7 @@ def test_parse_layout(name, ring, ulysses, tp, world_size, anything):
         ring, ulysses, tp, world_size, anything)
 
 
-@pytest.mark.parametrize("name", ["ulysses", "ulysses1", "ring", "tp1", "dp2", "ring2xtp2", "Ulysses2"])
+@pytest.mark.parametrize("name", ["ulysses", "ulysses1", "ring", "tp1", "dp1", "dp2+tp2", "ring2xtp2", "Ulysses2"])
 def test_bad_layout_names_list_valid_forms(name):
     with pytest.raises(HarnessError, match="valid forms|at least 2"):
         parse_layout(name)

@@ -101,6 +101,11 @@ pre.reason, pre.traceback { white-space: pre-wrap; overflow-wrap: anywhere; back
 svg.hist rect { fill: #0969da; } svg.hist text { font-size: 10px; fill: var(--muted); }
 svg.hist .axis { stroke: #8c959f; } svg.hist line.tol { stroke: var(--fail); stroke-dasharray: 4 3; }
 svg.hist text.tol { fill: var(--fail); }
+svg.loss polyline { fill: none; stroke-width: 2; } svg.loss text { font-size: 10px; fill: var(--muted); }
+svg.loss .axis { stroke: #8c959f; } svg.loss .ref polyline { stroke: #1a7f37; stroke-dasharray: 5 3; }
+svg.loss .run polyline { stroke: #0969da; } svg.loss .base polyline { stroke: #bf8700; }
+svg.loss .ref circle, svg.loss text.ref { fill: #1a7f37; } svg.loss .run circle, svg.loss text.run { fill: #0969da; }
+svg.loss .base circle, svg.loss text.base { fill: #bf8700; }
 .none { padding: 12px; color: var(--muted); }
 ul.patterns { margin: 4px 0 8px; padding-left: 20px; overflow-wrap: anywhere; font-size: 12.5px; }
 @media print {

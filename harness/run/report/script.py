@@ -23,7 +23,7 @@ _SCRIPT = r"""
   var KEYS = ["status", "model", "layout", "backend", "dtype"];
   var BAD = __BAD__;
   var DASH = "\u2014", TIMES = "\u00d7";
-  var SHOWN_EXTRA = {images: 1, abs_err_hist: 1, traceback: 1, ssim: 1, psnr: 1, peak_mem_mb_per_rank: 1};
+  var SHOWN_EXTRA = {images: 1, abs_err_hist: 1, traceback: 1, ssim: 1, psnr: 1, peak_mem_mb_per_rank: 1, train: 1};
   var IMAGE_ORDER = ["reference", "candidate", "thumbnail", "diff", "ssim_map"];
   var D = JSON.parse(dataEl.textContent);
   var cases = D.c.map(decode);
@@ -134,8 +134,8 @@ _SCRIPT = r"""
   // -- a case's detail ------------------------------------------------------------------------------------------
   function detailHTML(c) {
     var x = extraOf(c);
-    return closeButton() + reasonHTML(c, x) + imagesHTML(c, x) + metricsHTML(c, x) + histogramHTML(c, x) +
-      otherHTML(x);
+    return closeButton() + reasonHTML(c, x) + imagesHTML(c, x) + trainingHTML(c, x) + metricsHTML(c, x) +
+      histogramHTML(c, x) + otherHTML(x);
   }
   function closeButton() {
     return '<button type="button" class="close" data-close title="remove this case from the opened cases">' +
@@ -160,6 +160,11 @@ _SCRIPT = r"""
       ["baseline err", esc(full(c.baseline_err))], ["err ratio (vs baseline)", esc(plain(c.err_ratio, ".3g"))]];
     var ssim = c.ssim !== null && c.ssim !== undefined ? c.ssim : x.ssim;
     var psnr = c.psnr !== null && c.psnr !== undefined ? c.psnr : x.psnr;
+    if (c.kind === "train") {
+      rows.splice(1, 1, ["loss rel err", esc(full(c.loss_err))], ["gradient rel L2 err", esc(full(c.grad_err))],
+                  ["worst gradient", "<code>" + esc(c.worst_param || DASH) + "</code>"],
+                  ["weights max abs err", esc(full(c.max_abs_err))]);
+    }
     if (num(ssim) !== null || num(psnr) !== null) {
       rows.push(["SSIM / PSNR", esc(plain(ssim, ".4f")) + " / " + esc(plain(psnr, ".2f")) + " dB"]);
     }
@@ -213,6 +218,52 @@ _SCRIPT = r"""
     var note = "thumbnail" in images && !("diff" in images) ? '<p class="muted">Reference, difference and SSIM ' +
       "map are kept for failing cases only (<code>--images all</code> keeps all four).</p>" : "";
     return '<h4>Images</h4><div class="images">' + figures + "</div>" + note;
+  }
+  // A train case: the loss of every step (reference, this layout, the single-device run of its dtype) and the ten
+  // parameters whose step-1 gradient is furthest from the reference's.
+  function trainingHTML(c, x) {
+    var t = x.train;
+    if (!t || !Array.isArray(t.losses)) { return ""; }
+    var lines = [["reference (fp32, one device)", t.reference_losses, "ref"], ["this layout", t.losses, "run"]];
+    if (Array.isArray(t.baseline_losses) && c.dtype !== "fp32") {
+      lines.push(["one device, " + c.dtype, t.baseline_losses, "base"]);
+    }
+    var rows = (t.worst_gradients || []).map(function (g) {
+      return "<tr><td><code>" + esc(g.param) + "</code></td><td>" + esc(full(g.rel_l2)) + "</td><td>" +
+        esc(full(g.max_abs)) + "</td><td>" + esc(full(g.baseline_rel_l2)) + "</td></tr>";
+    }).join("");
+    var engine = t.engine ? '<p class="muted">data parallel by ' + esc(t.engine) + "</p>" : "";
+    return "<h4>Loss per step</h4>" + lossSVG(lines) + engine +
+      '<h4>Step-1 gradients furthest from the reference</h4><table class="metrics grads"><tr><th>parameter</th>' +
+      "<th>rel L2 err</th><th>max abs err</th><th>one device, same dtype</th></tr>" + rows + "</table>";
+  }
+  function lossSVG(lines) {
+    var width = 420, height = 160, pad = 34, all = [];
+    lines.forEach(function (l) { (l[1] || []).forEach(function (v) { if (num(v) !== null) { all.push(num(v)); } }); });
+    if (!all.length) { return ""; }
+    var low = Math.min.apply(null, all), high = Math.max.apply(null, all), span = high - low || Math.abs(high) || 1;
+    var steps = Math.max.apply(null, lines.map(function (l) { return (l[1] || []).length; }));
+    function px(i) { return pad + (steps > 1 ? i * (width - 2 * pad) / (steps - 1) : (width - 2 * pad) / 2); }
+    function py(v) { return height - pad - (v - low) / span * (height - 2 * pad); }
+    var paths = lines.map(function (l) {
+      var points = (l[1] || []).map(function (v, i) { return px(i).toFixed(1) + "," + py(num(v)).toFixed(1); });
+      var dots = points.map(function (p) {
+        var xy = p.split(",");
+        return '<circle cx="' + xy[0] + '" cy="' + xy[1] + '" r="3"/>';
+      }).join("");
+      return '<g class="' + l[2] + '"><polyline points="' + points.join(" ") + '"/>' + dots + "<title>" +
+        esc(l[0] + ": " + (l[1] || []).map(function (v) { return general(num(v), 8); }).join(", ")) + "</title></g>";
+    }).join("");
+    var legend = lines.map(function (l, k) {
+      return '<text class="' + l[2] + '" x="' + (pad + k * 130) + '" y="14">● ' + esc(l[0]) + "</text>";
+    }).join("");
+    var axis = '<line class="axis" x1="' + pad + '" y1="' + (height - pad) + '" x2="' + (width - pad) + '" y2="' +
+      (height - pad) + '"/><text x="' + pad + '" y="' + (height - 12) + '">step 1</text><text x="' +
+      (width - pad) + '" y="' + (height - 12) + '" text-anchor="end">step ' + steps + "</text>" +
+      '<text x="2" y="' + (pad + 4) + '">' + esc(general(high, 4)) + '</text><text x="2" y="' + (height - pad) +
+      '">' + esc(general(low, 4)) + "</text>";
+    return '<svg class="loss" viewBox="0 0 ' + width + " " + height + '" width="' + width + '" height="' + height +
+      '" role="img" aria-label="loss per step">' + axis + paths + legend + "</svg>";
   }
   function histogramHTML(c, x) {
     var hist = x.abs_err_hist;

@@ -1,0 +1,145 @@
+"""The train kind's pieces on one process: the batch, the packed-parameter order, the loop, the reference, the
+verdict, the backward probe and the data-parallel layouts. Real multi-rank training is in test_negative_controls."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.catalogue.zoo import get_spec
+from harness.core.errors import HarnessError
+from harness.core.layouts import parse_layout
+from harness.core.reference import read_reference
+from harness.core.results import CaseResult, Status
+from harness.kinds import Policy, kind_of
+from harness.rank import backends, training
+
+LIMITS = {"fp32": {"loss_rel": 1e-5, "grad_rel": 1e-4, "weight_abs": 1e-4}, "bf16": {"loss_rel": 3e-3, "grad_rel": 0.3}}
+
+
+def test_samples_stack_on_their_sample_axis_and_shared_inputs_stay_whole():
+    batch = training.make_batch(get_spec("qwenimage"), "masked", steps=2)
+    assert batch.latents.shape[0] == training.RECIPE["batch"] == batch.sigmas.shape[1] == batch.noise.shape[1]
+    assert batch.conditions["img_shapes"] == [(1, 4, 4), (1, 4, 4)]
+    assert set(batch.batched) == {"encoder_hidden_states", "encoder_hidden_states_mask", "img_shapes"}
+    assert not torch.equal(batch.latents[0], batch.latents[1])  # two different samples, not one repeated
+    flux = training.make_batch(get_spec("flux"), "default", steps=2)
+    assert flux.conditions["img_ids"].shape == (16, 3) and "img_ids" not in flux.batched
+
+
+def test_an_input_that_differs_per_sample_without_a_sample_axis_is_refused():
+    with pytest.raises(HarnessError, match="'ids' differs between samples"):
+        training.stack_samples([{"ids": torch.zeros(3, 2)}, {"ids": torch.ones(3, 2)}])
+
+
+def test_data_parallel_parts_cover_the_batch_once():
+    batch = training.make_batch(get_spec("flux"), "default", steps=3)
+    parts = [batch.part(index, 2) for index in range(2)]
+    assert torch.equal(torch.cat([p.latents for p in parts]), batch.latents)
+    assert torch.equal(torch.cat([p.noise for p in parts], dim=1), batch.noise)
+    with pytest.raises(HarnessError, match="does not split over 4"):
+        batch.part(0, 4)
+
+
+def test_packed_shards_are_put_back_in_the_model_order():
+    model = torch.arange(12.0).reshape(1, 12)  # blocks of 4 and 8 columns, sharded block by block over 2 ranks
+    local = [torch.cat([model[:, rank * 2:(rank + 1) * 2], model[:, 4 + rank * 4:4 + (rank + 1) * 4]], 1)
+             for rank in range(2)]
+    gathered = torch.cat(local, 1)  # what full_tensor() returns
+    assert not torch.equal(gathered, model)
+    assert torch.equal(training.unpack(gathered, 1, [4, 8], 2), model)
+
+
+def test_a_run_starts_again_from_the_seed_weights_and_learns():
+    spec = get_spec("flux")
+    model = spec.build()
+    trainer = training.Trainer(model, model, training.make_batch(spec, "default", 2), 2, spec, None,
+                               torch.device("cpu"), training.Groups())
+    first, second = trainer.run(), trainer.run()
+    assert torch.equal(first["losses"], second["losses"])
+    assert all(torch.equal(first["weights"][n], second["weights"][n]) for n in first["weights"])
+    moved = [n for n, w in first["weights"].items() if not torch.equal(w, trainer.initial[n])]
+    assert len(moved) == len(first["weights"])  # AdamW moved every parameter
+    assert set(first["gradients"]) == set(first["weights"])
+
+
+def test_the_reference_holds_losses_gradients_weights_and_the_batch(tmp_path):
+    path, written = kind_of("train").capture("flux", "default", tmp_path, steps=2)
+    reference = read_reference(path)
+    assert written and reference.meta["train"]["steps"] == 2 and reference.output.shape == (2,)
+    assert reference.extras["noise"].shape[:2] == (2, 2) and reference.extras["sigmas"].shape == (2, 2)
+    names = set(get_spec("flux").build().state_dict())
+    assert {k[len("grad."):] for k in reference.extras if k.startswith("grad.")} == names
+    assert {k[len("final."):] for k in reference.extras if k.startswith("final.")} == names
+
+
+def _metrics(**change):
+    base = {"loss_rel_err": 1e-7, "loss_abs_err": 2e-7, "loss_bitwise_equal": False, "grad_err": 1e-7,
+            "grad_max_abs_err": 1e-9, "worst_param": "a.weight", "weight_max_abs_err": 1e-5, "missing": [],
+            "nonfinite": 0, "disagreement": {}, "losses": [1.0, 0.9], "reference_losses": [1.0, 0.9],
+            "param_errors": {"a.weight": {"rel_l2": 5e-7, "max_abs": 1e-9}, "b.bias": {"rel_l2": 1e-7, "max_abs": 0}}}
+    return {**base, **change}
+
+
+def _judge(metrics, dtype="fp32", exact=False):
+    result = CaseResult("x", "flux", "default", "train", "ulysses2", 2, "native", dtype)
+    policy = Policy(1e-5, 1.25, {}, 1.5, LIMITS[dtype], exact)
+    return kind_of("train").judge(result, metrics, policy)
+
+
+def test_fp32_verdicts_name_what_broke():
+    assert _judge(_metrics()) == (Status.PASS, "")
+    status, reason = _judge(_metrics(param_errors={"a.weight": {"rel_l2": 0.5, "max_abs": 1e-3}}))
+    assert status is Status.FAIL and "gradient of a.weight (0.5)" in reason
+    status, reason = _judge(_metrics(disagreement={"norm.weight": 3e-3}))
+    assert status is Status.FAIL and "disagree on the plain parameter(s) norm.weight" in reason
+    assert _judge(_metrics(missing=["b.bias"]))[0] is Status.FAIL
+    assert _judge(_metrics(nonfinite=2))[0] is Status.FAIL
+    assert _judge(_metrics(weight_max_abs_err=1e-3))[0] is Status.FAIL
+    status, reason = _judge(_metrics(), exact=True)
+    assert status is Status.FAIL and "bitwise" in reason
+    assert _judge(_metrics(loss_bitwise_equal=True), exact=True)[0] is Status.PASS
+
+
+def test_low_precision_answers_to_the_budget_of_its_own_dtype():
+    noisy = {"a.weight": {"rel_l2": 0.2, "max_abs": 1e-3}, "b.bias": {"rel_l2": 0.01, "max_abs": 0}}
+    own = {"loss_rel_err": 1e-3, "grad_err": 1e-2}
+    clean = _metrics(loss_rel_err=1.2e-3, grad_err=1.1e-2, param_errors=noisy, baseline=own,
+                     baseline_param_errors={"a.weight": 0.19, "b.bias": 0.01})
+    assert _judge(clean, "bf16") == (Status.PASS, "")
+    status, reason = _judge({**clean, "grad_err": 2.5e-2}, "bf16")
+    assert status is Status.FAIL and "2.50x the single-device bf16" in reason
+    wrong = {**noisy, "b.bias": {"rel_l2": 0.9, "max_abs": 1e-2}}
+    status, reason = _judge({**clean, "param_errors": wrong}, "bf16")
+    assert status is Status.FAIL and "gradient of b.bias (0.9)" in reason
+    assert _judge({**clean, "baseline": None, "baseline_error": "boom"}, "bf16")[0] is Status.ERROR
+
+
+def test_the_backward_probe_skips_what_cannot_train():
+    assert backends.backward_missing("native", parse_layout("ulysses2")) is None
+    assert "not implemented" in backends.backward_missing("native", parse_layout("ulysses2any"))
+    assert "not implemented" in backends.backward_missing("native", parse_layout("ring2any"))
+    if not torch.cuda.is_available():
+        assert "no backward" in backends.backward_missing("flex", parse_layout("tp2"))
+
+
+def test_data_parallel_layouts_apply_to_training_only():
+    layout = parse_layout("dp2xulysses2")
+    assert (layout.dp, layout.ulysses, layout.world_size) == (2, 2, 4)
+    assert layout.mesh_spec() == ((2, 1, 2), ("dp", "ring", "ulysses"))
+    assert kind_of("train").applies(layout) and not kind_of("tensor").applies(layout)
+    from harness.run.plan import build_plan
+
+    plan = build_plan(["flux"], ["dp2", "ulysses2"], ["native"], ["fp32"], kinds=("tensor", "train"))
+    assert sorted(p.case.case_id for p in plan) == ["flux/dp2/native/fp32/train", "flux/ulysses2/native/fp32/tensor",
+                                                   "flux/ulysses2/native/fp32/train"]
+
+
+def test_the_train_kind_has_its_own_models_and_layouts_until_the_user_names_them(project):
+    from harness.run.settings import load_settings
+
+    quick = load_settings(start=project)
+    assert quick.kind_scope("train")[0] == ["flux", "qwenimage"] and "dp2" in quick.kind_scope("train")[1]
+    assert "dp2" not in quick.kind_scope("tensor")[1]
+    assert load_settings({"models": "wan"}, start=project).kind_scope("train")[0] == ["wan"]
+    assert load_settings({"layouts": "tp2"}, start=project).kind_scope("train")[1] == ["tp2"]
