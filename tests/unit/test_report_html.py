@@ -324,6 +324,7 @@ PROBE = """<script>
     out.counter = document.getElementById("shown-count").textContent;
     out.scripts = document.querySelectorAll("script").length;
     out.ready = document.documentElement.getAttribute("data-ready");
+    if (window.__probe) { out.extra = window.__probe(); }  // what a test's setup asks for besides
     var pre = document.createElement("pre");
     pre.id = "probe";
     pre.textContent = JSON.stringify(out);
@@ -566,3 +567,27 @@ def test_browser_compare_draws_rows_when_opened(tmp_path):
                          dom.stdout)
         assert comparison.page.read_text().count(case_id) == 1  # in the embedded list only
     assert "new &lt;case&gt; fails" in dom.stdout and "<case>" not in dom.stdout
+
+
+@pytest.mark.slow
+def test_browser_shows_a_train_case_loss_curves_and_worst_gradients(tmp_path):
+    """An opened train FAIL draws three loss curves (reference, layout, one device in its dtype) in their own colours,
+    and the table of the gradients furthest from the reference, worst first."""
+    train = {"losses": [2.24, 2.15, 1.73], "reference_losses": [2.24, 2.14, 1.72], "baseline_losses": [2.24, 2.14, 1.72],
+             "worst_gradients": [{"param": "blocks.0.attn.to_k.bias", "rel_l2": 1.02, "max_abs": 3e-4,
+                                  "baseline_rel_l2": 0.02},
+                                 {"param": "context_embedder.weight", "rel_l2": 0.7, "max_abs": 2e-3,
+                                  "baseline_rel_l2": 0.02}], "engine": None}
+    case = _case("flux/ring4/_native_flash/bf16/train", "FAIL", reason="gradient of blocks.0.attn.to_k.bias (1.02)",
+                 loss_err=8.7e-4, grad_err=2.4e-2, worst_param="blocks.0.attn.to_k.bias", extra={"train": train})
+    index = render_html(_write(tmp_path / "run", [case]))
+    setup = ('window.__probe = function () { var svg = document.querySelector("svg.loss");'
+             ' return {lines: svg ? svg.querySelectorAll("polyline").length : 0,'
+             ' colours: svg ? Array.prototype.map.call(svg.querySelectorAll("polyline"), function (p) {'
+             ' return getComputedStyle(p).stroke; }) : [], shown: svg ? svg.getBoundingClientRect().height : 0,'
+             ' params: Array.prototype.map.call(document.querySelectorAll("table.grads code"), function (c) {'
+             ' return c.textContent; })}; };')
+    probe = _seen(tmp_path, index, setup=setup)["extra"]
+    assert probe["lines"] == 3 and probe["shown"] > 100
+    assert len(set(probe["colours"])) == 3 and "none" not in probe["colours"]
+    assert probe["params"] == ["blocks.0.attn.to_k.bias", "context_embedder.weight"]

@@ -238,7 +238,7 @@ _SCRIPT = r"""
       "<th>rel L2 err</th><th>max abs err</th><th>one device, same dtype</th></tr>" + rows + "</table>";
   }
   function lossSVG(lines) {
-    var width = 420, height = 160, pad = 34, all = [];
+    var width = 560, height = 160, pad = 34, all = [];
     lines.forEach(function (l) { (l[1] || []).forEach(function (v) { if (num(v) !== null) { all.push(num(v)); } }); });
     if (!all.length) { return ""; }
     var low = Math.min.apply(null, all), high = Math.max.apply(null, all), span = high - low || Math.abs(high) || 1;
@@ -254,8 +254,10 @@ _SCRIPT = r"""
       return '<g class="' + l[2] + '"><polyline points="' + points.join(" ") + '"/>' + dots + "<title>" +
         esc(l[0] + ": " + (l[1] || []).map(function (v) { return general(num(v), 8); }).join(", ")) + "</title></g>";
     }).join("");
-    var legend = lines.map(function (l, k) {
-      return '<text class="' + l[2] + '" x="' + (pad + k * 130) + '" y="14">● ' + esc(l[0]) + "</text>";
+    var at = pad, legend = lines.map(function (l) {
+      var text = '<text class="' + l[2] + '" x="' + at + '" y="14">\u25cf ' + esc(l[0]) + "</text>";
+      at += 6 * (l[0].length + 2) + 12;  // 10px text is about 6px a character
+      return text;
     }).join("");
     var axis = '<line class="axis" x1="' + pad + '" y1="' + (height - pad) + '" x2="' + (width - pad) + '" y2="' +
       (height - pad) + '"/><text x="' + pad + '" y="' + (height - 12) + '">step 1</text><text x="' +
