@@ -88,12 +88,13 @@ class Settings:
          "fp16": {"ssim_min": 0.999, "psnr_min": 45.0, "max_abs_err_max": 0.03}},
         "Image cases: SSIM, PSNR and max pixel error limits per dtype.", is_table=True)
     # Train cases. fp32 limits, from clean layouts of flux and qwenimage (3 AdamW steps): loss rel err <= 1.1e-7,
-    # each parameter's gradient rel L2 err <= 1e-6, weights <= 1.3e-5; a ring4 backward that sends gradients the
-    # wrong way measures loss 3e-4, gradients 1.0, weights 6e-3. Low precision: the single-device run of the same
+    # each parameter's gradient rel L2 err <= 1e-6, weights <= 1.3e-5 (helios_amplify's dp2 1.9e-4: AdamW turns the
+    # noise of a near-zero gradient into a step of up to the learning rate); a ring4 backward that sends gradients
+    # the wrong way measures loss 3e-4, gradients 1.0, weights 6e-3. Low precision: the single-device run of the same
     # dtype sets the budget, and these are noise floors below which nothing fails (clean bf16: loss 1.1e-3,
     # per-parameter gradients up to 0.18; fp16: 2.2e-4 and 0.07).
     train_tolerance: dict[str, dict[str, float]] = _option(
-        {"fp32": {"loss_rel": 1e-5, "grad_rel": 1e-4, "weight_abs": 1e-4},
+        {"fp32": {"loss_rel": 1e-5, "grad_rel": 1e-4, "weight_abs": 1e-3},
          "bf16": {"loss_rel": 3e-3, "grad_rel": 0.3},
          "fp16": {"loss_rel": 1e-3, "grad_rel": 0.15}},
         "Train cases: fp32 limits (loss rel err, each gradient's rel L2 err, weights' max abs err); low precision: "
