@@ -24,6 +24,7 @@ class Case:
     shape: str = "default"
     fault: str | None = None  # a deliberate bug for negative controls (harness.rank.faults)
     weights_dir: str | None = None  # a local checkpoint folder (`--weights`); the shape then names the folder
+    localize: bool = False  # run to find where it breaks (harness.rank.localize), not to judge it again
 
     @property
     def case_id(self) -> str:
@@ -35,13 +36,14 @@ class Case:
 
     def to_dict(self) -> dict:
         return {"model": self.model, "layout": self.layout.name, "backend": self.backend, "dtype": self.dtype,
-                "kind": self.kind, "shape": self.shape, "fault": self.fault, "weights_dir": self.weights_dir}
+                "kind": self.kind, "shape": self.shape, "fault": self.fault, "weights_dir": self.weights_dir,
+                "localize": self.localize}
 
     @classmethod
     def from_dict(cls, data: dict) -> Case:
         return cls(data["model"], parse_layout(data["layout"]), data["backend"], data["dtype"],
                    data.get("kind", "tensor"), data.get("shape", "default"), data.get("fault"),
-                   data.get("weights_dir"))
+                   data.get("weights_dir"), data.get("localize", False))
 
 
 def case_id(model: str, shape: str, layout: str, backend: str, dtype: str, kind: str, fault: str | None = None) -> str:

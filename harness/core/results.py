@@ -59,6 +59,7 @@ class CaseResult:
     loss_err: float | None = None  # train: the largest relative error of a step's loss
     grad_err: float | None = None  # train: relative L2 error of all step-1 gradients together
     worst_param: str | None = None  # train: the parameter with the largest relative gradient error
+    first_divergence: str | None = None  # localized: the first module whose output left the single-device run's
     dispatched: str = ""
     kernels: str = ""
     reason: str = ""

@@ -24,6 +24,7 @@ class Built:
     profile_scope: Any = None  # only attention kernels inside this module's forward are judged (None: all)
     parallelize: Callable[[Any], None] | None = None  # called with the device mesh after `enable_parallelism`
     proof: Callable[[], Any] | None = None  # what the kernel proof profiles (None: `run` again)
+    forward: Callable[[], Any] | None = None  # what localization traces module by module (None: `run`)
 
 
 @dataclass(frozen=True)

@@ -128,8 +128,13 @@ class TrainKind(Kind):
         def proof() -> None:
             state["trainer"].first_step()
 
+        def forward() -> None:
+            if "trainer" not in state:
+                parallelize(None)
+            state["trainer"].first_forward()
+
         return Built(model, run, cp_plan=spec.context_parallel_plan(model.config), parallelize=parallelize,
-                     proof=proof)
+                     proof=proof, forward=forward)
 
     def detach(self, output):
         return output

@@ -15,7 +15,7 @@ import torch
 from harness.core.records import Case
 from harness.core.reference import Reference, read_reference, reference_path
 from harness.kinds import kind_of
-from harness.rank import backends, faults, kernels
+from harness.rank import backends, faults, kernels, training
 
 
 class CaseWork:
@@ -88,6 +88,46 @@ class CaseWork:
         return output, {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched, "kernels": executed,
                         "output_placements": placements, "functions": functions,
                         "expected_function": backends.DEFINED.get(case.backend)}
+
+    def localize(self, case: Case, rank: int, world_size: int) -> dict | None:
+        """Where the case breaks (rank 0; None elsewhere): every module's output under the layout against the same
+        module on one device, from the reference's weights, without the case's fault, in fp32 and, for low
+        precision, in the case's dtype (its own noise is not a divergence)."""
+        from harness.rank import localize
+
+        reference, kind = self.reference(case), kind_of(case.kind)
+        built = kind.build(case, reference, self.device)
+        with faults.active(case.fault):
+            mesh = self.mesh(case.layout)
+            config = case.layout.diffusers_config(mesh)
+            if config is not None:
+                built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
+            if built.parallelize is not None:
+                built.parallelize(mesh)
+            packed = training.packed_parameters(built.module, case.layout.tp) if case.layout.tp > 1 else {}
+            records = localize.trace(built.module, built.forward or built.run)
+        backends.reset_active_backend()
+        gathered = localize.gather_records(records, world_size)
+        if rank != 0:
+            return None
+        single = self._single_trace(case, "fp32", reference)
+        own = self._single_trace(case, case.dtype, reference) if case.dtype != "fp32" else None
+        outputs = {name[:-len(".weight")]: (blocks, degree) for name, (dim, blocks, degree) in packed.items()
+                   if name.endswith(".weight") and dim == 0}
+        lengths = kind.split_lengths(case) if case.layout.is_context_parallel else None
+        return localize.localize(gathered, single, own, outputs, tuple((lengths or {}).values()))
+
+    def _single_trace(self, case: Case, dtype: str, reference) -> list:
+        from harness.core.layouts import Layout
+        from harness.rank import localize
+
+        backend = case.backend if case.layout.world_size > 1 else "native"
+        single = replace(case, layout=Layout("single"), backend=backend, dtype=dtype, fault=None)
+        built = kind_of(case.kind).build(single, reference, self.device)
+        try:
+            return localize.trace(built.module, built.forward or built.run)
+        finally:
+            backends.reset_active_backend()
 
     def measure(self, case: Case, output) -> dict:
         """The kind's metrics against the reference and the single-device baseline of the case's dtype."""

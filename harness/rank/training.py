@@ -245,6 +245,12 @@ class Trainer:
                                self.autocast()).backward()
         self.restart()
 
+    def first_forward(self) -> torch.Tensor:
+        """Step 1's loss from the seed weights, forward only (what localization traces)."""
+        self.restart()
+        return flow_matching_loss(self.model, self.batch, 0, self.spec.timestep_scale, self.spec.timestep_keys,
+                                  self.autocast())
+
     def run(self) -> dict:
         self.restart()
         optimizer = torch.optim.AdamW(self.named.values(), lr=RECIPE["lr"], betas=tuple(RECIPE["betas"]),

@@ -44,6 +44,9 @@ class Worker:
     def run(self) -> None:
         for case in self.group.cases:
             self.emit("start", case_id=case.case_id)
+            if case.localize:
+                self.localize(case)
+                continue
             output = info = error = None
             try:
                 output, info = self.work.run(case)
@@ -66,6 +69,27 @@ class Worker:
                 record.phases = {name: round(value, 4) for name, value in self.work.phases.items()}
                 self.report(record)
             del output
+
+    def localize(self, case: Case) -> None:
+        """Where the case breaks (harness.rank.localize); its time is its own, not the case's."""
+        started, found, error = time.perf_counter(), None, None
+        try:
+            found = self.work.localize(case, self.rank, self.world_size)
+        except Exception as exc:  # noqa: BLE001 - reported with the case, never fatal
+            error = {"message": backends.first_line(exc), "traceback": traceback_text()}
+            self.emit("rank_error", case_id=case.case_id, **error)
+        finally:
+            backends.reset_active_backend()
+        errors = [None] * self.world_size
+        dist.all_gather_object(errors, error)
+        if self.rank == 0:
+            failed = next(((rank, e) for rank, e in enumerate(errors) if e is not None), None)
+            if failed is not None:
+                self.report(CaseRecord(case.case_id, error=failed[1]["message"], error_rank=failed[0],
+                                       traceback=failed[1]["traceback"]))
+            else:
+                self.report(CaseRecord(case.case_id, seconds=time.perf_counter() - started,
+                                       metrics={"localization": found}))
 
     def rank_differences(self, mine: torch.Tensor | None, gathered: list[dict]) -> list[float | None]:
         """Every rank's output against rank 0's (max abs difference; None for a different shape). In diffusers every

@@ -19,7 +19,7 @@ from harness.run.report.idsets import describe
 
 CSV_COLUMNS = ["case_id", "model", "shape", "kind", "layout", "world_size", "backend", "dtype", "status",
                "max_abs_err", "mean_abs_err", "max_rel_err", "tolerance", "baseline_err", "err_ratio", "nonfinite",
-               "ssim", "psnr", "loss_err", "grad_err", "worst_param",
+               "ssim", "psnr", "loss_err", "grad_err", "worst_param", "first_divergence",
                "dispatched", "kernels", "reason", "seconds", "peak_mem_mb"]
 WIDTH = 120  # terminal columns every line of `terminal()` fits in
 _INDEX_MAX, _CELL_MAX = 40, 24  # caps that keep one label plus one cell under WIDTH whatever the names
@@ -104,7 +104,10 @@ def terminal(results: list[CaseResult], width: int = WIDTH) -> str:
     failing = [r for r in results if r.status.needs_a_look]
     if failing:
         lines.append(f"failing ({len(failing)}):")
-        lines += [_clip(f"  {r.status.value:7s} {r.case_id}  {_one_line(r.reason)}", width) for r in failing]
+        for r in failing:
+            lines.append(_clip(f"  {r.status.value:7s} {r.case_id}  {_one_line(r.reason)}", width))
+            if r.first_divergence:
+                lines.append(_clip(f"          first divergence: {r.first_divergence}", width))
         lines.append("")
     lines.append(counts_line(results) or "(no cases)")
     return "\n".join(lines)
@@ -179,8 +182,10 @@ def markdown(results: list[CaseResult], header_lines: list[str] = ()) -> str:
             lines.append(f"| {_md(model, 60)} | {len(group)} | " + " | ".join(row) + " |")
     failing = [r for r in results if r.status.needs_a_look]
     if failing:
-        lines += ["", f"### Failing ({len(failing)})", "", "| case | status | reason |", "|---|---|---|"]
-        lines += [f"| `{r.case_id}` | **{r.status.value}** | {_md(r.reason)} |" for r in failing]
+        lines += ["", f"### Failing ({len(failing)})", "", "| case | status | reason | first divergence |",
+                  "|---|---|---|---|"]
+        lines += [f"| `{r.case_id}` | **{r.status.value}** | {_md(r.reason)} | {_md(r.first_divergence or '')} |"
+                  for r in failing]
     lines += _grouped_table("Known issues (XFAIL), by issue", [r for r in results if r.status is Status.XFAIL],
                             _known_issue)
     lines += _grouped_table("Passing with a note", [r for r in results if r.status is Status.PASS and r.reason],

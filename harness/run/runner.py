@@ -8,7 +8,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.core import environment
@@ -64,9 +64,13 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
          + (f", {len(runnable) - len(todo)} kept from the interrupted run" if done else ""))
     refusals = {p.case.case_id: p.expected_refusal for p in plan if p.expected_refusal is not None}
     stats = _launch_all(todo, settings, report_dir, issues, refusals, done, echo)
+    localizing = time.monotonic()
+    _localize_all([case for case in todo if _to_localize(done[case.case_id], settings.localize)], settings,
+                  report_dir, done, echo)
+    localize_s = time.monotonic() - localizing
     results = [done.get(p.case.case_id) or not_run(p) for p in plan]
     header = _header(settings, versions, results, started, time.monotonic() - clock, stats.launches)
-    header["time_breakdown"] = time_breakdown(results, stats.startup_s, header["wall_s"])
+    header["time_breakdown"] = time_breakdown(results, stats.startup_s, header["wall_s"], localize_s)
     header["known_issues_unmatched"] = _unmatched(issues, results)
     if settings.plan == "full" and header["known_issues_unmatched"]:  # the full plan is what the entries are for
         echo(f"note: {len(header['known_issues_unmatched'])} known-issue entries matched no case of the full plan "
@@ -95,6 +99,39 @@ def _no_parallel_ran(plan: list[PlannedCase], results: list[CaseResult]) -> bool
     asked = any(p.case.world_size > 1 for p in plan)
     ran = any(r.world_size > 1 and r.status is not Status.SKIP for r in results)
     return asked and not ran
+
+
+def _to_localize(result: CaseResult, every: bool) -> bool:
+    """Every FAIL; with --localize every case that produced numbers (a known issue that failed numerically too)."""
+    if result.status is Status.FAIL:
+        return True
+    numbers = result.status in (Status.PASS, Status.XPASS) or (
+        result.status is Status.XFAIL and str(result.extra.get("observed", "")).startswith("FAIL"))
+    return every and numbers
+
+
+def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo) -> None:
+    """Rerun the cases to find where each breaks (one launch per world size); the status stays what it was."""
+    if not cases:
+        return
+    echo(f"localizing {len(cases)} case(s): where each first leaves the single-device run")
+    group = GroupSpec("", str(settings.path("references")), None, [])
+
+    def on_outcome(outcome: Outcome) -> None:
+        result, record = done[outcome.case.case_id], outcome.record
+        result.extra["localize_s"] = record.seconds
+        if record.failed or record.timeout:
+            result.extra["localization_error"] = record.error or "no result"
+            result.first_divergence = f"not localized: {record.error or 'no result'}"
+        else:
+            found = record.metrics["localization"]
+            result.extra["localization"] = found
+            result.first_divergence = found["line"] or "none: every module within its limit"
+        echo(f"  {result.case_id}: {result.first_divergence}")
+
+    for world_size, members in group_by_world_size(replace(case, localize=True) for case in cases).items():
+        timeout = settings.case_timeout or _auto_timeout(members, settings.path("references"))
+        run_group(members, group, report_dir / "work" / "localize", timeout, on_outcome)
 
 
 def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: dict, done: dict,
@@ -129,18 +166,19 @@ PHASES = ("reference loading", "model build", "parallel setup", "forward", "proo
           "metrics and images", "gathers")
 
 
-def time_breakdown(results: list[CaseResult], startup_s: float, wall_s: float) -> dict:
-    """Where the wall time went: launch start-ups, rank 0's phases summed over the cases, and the rest (planning,
-    capture, judging, waiting); the floor is start-ups plus the cases' own time (`seconds`), which a run cannot go
-    below without changing what a case does."""
+def time_breakdown(results: list[CaseResult], startup_s: float, wall_s: float,
+                   localize_s: float = 0.0) -> dict:
+    """Where the wall time went: launch start-ups, rank 0's phases summed over the cases, localization (its own
+    launches, apart), and the rest (planning, capture, judging, waiting); the floor is start-ups plus the cases' own
+    time (`seconds`), which a run cannot go below without changing what a case does."""
     phases = {name: 0.0 for name in PHASES}
     for result in results:
         for name, seconds in (result.extra.get("phases") or {}).items():
             phases[name] = phases.get(name, 0.0) + seconds
     floor = startup_s + sum(result.seconds or 0.0 for result in results)
-    accounted = startup_s + sum(phases.values())
+    accounted = startup_s + sum(phases.values()) + localize_s
     return {"wall": round(wall_s, 2), "launch start-ups": round(startup_s, 2),
-            **{name: round(value, 2) for name, value in phases.items()},
+            **{name: round(value, 2) for name, value in phases.items()}, "localization": round(localize_s, 2),
             "other (plan, capture, judging, waits)": round(max(wall_s - accounted, 0.0), 2),
             "floor": round(floor, 2), "ratio to floor": round(wall_s / floor, 2) if floor > 0 else None}
 

@@ -68,6 +68,8 @@ class Settings:
     cpu_max_ranks: int = _option(4, "Most ranks a CPU-only machine runs; larger layouts are SKIP.")
     budget_factor: float = _option(1.25, "Low precision: most a layout may multiply the dtype's own mean error by.")
     budget_max_factor: float = _option(1.5, "Low precision: most a layout may multiply the dtype's own max error by.")
+    localize: bool = _option(False, "Find where every case that ran breaks (the first module whose output leaves "
+                                    "the single-device run's), not only the FAIL cases.")
     allow_no_parallel: bool = _option(False, "Exit 0 even when no case with more than one rank ran (by default "
                                              "such a run exits 1: it checked no parallel layout).")
     xfail_strict: bool = _option(False, "A known issue that no longer reproduces (XPASS) fails the run, as pytest's "

@@ -1,0 +1,196 @@
+"""Where a layout breaks: every module's output under the layout against the same module on one device, in execution
+order, and the first one that diverges.
+
+Each rank records its modules' outputs (forward hooks, in the order the modules finish, so a module comes before
+the block that holds it). Rank 0 receives every rank's record and puts each output back together as a correct
+layout would hold it: a DTensor is gathered by PyTorch; a tensor every rank holds alike is taken once; a sequence
+shard (context parallel, even or uneven) or a head/feature shard (tensor parallel; diffusers' packed projections
+put back in the model's order) is concatenated in rank order along the one dimension whose sizes add up to the
+single-device output's; a tensor of the full shape the ranks hold differently (a row-parallel layer that skipped
+its all-reduce) is compared as rank 0 holds it, which is where a correct layout would hold the sum. An output that
+fits none of these is reported as such, never skipped.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+# Relative to the largest value of the single-device module output. fp32: clean layouts measure <= 1e-5 on the tiny
+# zoo (benchmarks: README "Where it breaks"); low precision: the same dtype on one device sets the scale.
+FP32_LIMIT = 1e-4
+LOW_PRECISION_FACTOR = 4.0
+LOW_PRECISION_FLOOR = 1e-3
+
+
+def first_tensor(output) -> torch.Tensor | None:
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, (tuple, list)):
+        return next((found for item in output if (found := first_tensor(item)) is not None), None)
+    if hasattr(output, "sample"):
+        return first_tensor(output.sample)
+    return None
+
+
+def trace(module, run: Callable[[], object]) -> list[tuple[str, torch.Tensor, torch.Tensor | None]]:
+    """(name, output, first input) of every submodule call of `module` while `run()` runs, in the order the calls
+    finish; a module called again is `name#2`, `name#3`..."""
+    records, calls, handles = [], Counter(), []
+    for name, submodule in module.named_modules():
+        if not name:
+            continue
+
+        def hook(_module, args, kwargs, output, name=name):
+            tensor = first_tensor(output)
+            if tensor is None:
+                return
+            calls[name] += 1
+            given = first_tensor(list(args) + list(kwargs.values()))
+            records.append((name if calls[name] == 1 else f"{name}#{calls[name]}", _kept(tensor),
+                            None if given is None else _kept(given)))
+
+        handles.append(submodule.register_forward_hook(hook, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return records
+
+
+def _kept(tensor: torch.Tensor) -> torch.Tensor:
+    if hasattr(tensor, "full_tensor"):  # every rank records the same calls, so every rank gathers alike
+        tensor = tensor.full_tensor()
+    return tensor.detach().float().cpu().clone()
+
+
+def gather_records(records: list[tuple[str, torch.Tensor]], world_size: int) -> list[list] | None:
+    """Every rank's record on rank 0 (None on the others)."""
+    everything = [None] * world_size
+    dist.all_gather_object(everything, records)
+    return everything if dist.get_rank() == 0 else None
+
+
+def assemble(pieces: list[torch.Tensor], expected: torch.Size, packed: tuple | None = None,
+             streams: tuple[int, ...] = ()) -> list[tuple[torch.Tensor | None, str]]:
+    """The module output a correct layout holds, from each rank's piece: [(tensor, how)], or [(None, why not)].
+    A joint sequence of separately split streams (Flux's text and image: each rank holds [text shard, image
+    shard]) has one candidate per order of the `streams` lengths; the caller keeps the closest, since a broken
+    module is far from all of them."""
+    first = pieces[0]
+    if all(piece.shape == expected for piece in pieces):
+        same = all(torch.equal(piece, first) for piece in pieces[1:])
+        return [(first, "replicated" if same else "rank 0's (the ranks differ)")]
+    dims = [d for d in range(len(expected)) if len(first.shape) == len(expected)
+            and sum(piece.shape[d] for piece in pieces) == expected[d]
+            and all(piece.shape[:d] + piece.shape[d + 1:] == expected[:d] + expected[d + 1:] for piece in pieces)]
+    if len(dims) != 1:
+        return [(None, f"cannot gather: pieces {[tuple(p.shape) for p in pieces]} for {tuple(expected)}")]
+    dim = dims[0]
+    whole = torch.cat(pieces, dim)
+    if packed is not None and dim == len(expected) - 1:
+        from harness.rank.training import unpack
+
+        whole = unpack(whole, dim, *packed)
+    found = [(whole, f"concatenated along dim {dim}")]
+    for order in _orders(streams, expected[dim], len(pieces)):
+        parts = [torch.split(piece, [length // len(pieces) for length in order], dim) for piece in pieces]
+        joined = torch.cat([parts[rank][s] for s in range(len(order)) for rank in range(len(pieces))], dim)
+        found.append((joined, f"streams {'+'.join(map(str, order))} concatenated along dim {dim}"))
+    return found
+
+
+def _orders(streams: tuple[int, ...], total: int, degree: int) -> list[tuple[int, ...]]:
+    from itertools import permutations
+
+    if len(streams) < 2 or sum(streams) != total or any(length % degree for length in streams):
+        return []
+    return list(dict.fromkeys(permutations(streams)))
+
+
+def relative_error(candidate: torch.Tensor, expected: torch.Tensor) -> float:
+    if candidate.shape != expected.shape:
+        return float("inf")
+    scale = float(expected.abs().max()) if expected.numel() else 0.0
+    error = float((candidate.double() - expected.double()).abs().max()) if expected.numel() else 0.0
+    if error != error:  # NaN
+        return float("inf")
+    return error / max(scale, 1e-6)
+
+
+def localize(ranks: list[list], single: list, same_dtype: list | None, packed_outputs: dict[str, tuple],
+             streams: tuple[int, ...] = ()) -> dict:
+    """Each module's error in the single-device execution order, and the first one above its limit: fp32 (no
+    `same_dtype`) a fixed limit; low precision `LOW_PRECISION_FACTOR` x the same dtype's own error on one device,
+    above a floor. When the first diverging module's input diverges already, the divergence arose in the module
+    around it, between its children (an attention computed inside `attn`, first seen at its `to_out.0`): that
+    module is named, with where it was first seen."""
+    by_rank = [{name: (output, given) for name, output, given in record} for record in ranks]
+    own = {name: (output, given) for name, output, given in same_dtype} if same_dtype is not None else None
+    rows, first = [], None
+    for name, expected, expected_in in single:
+        row = _row(name, expected, expected_in, [record.get(name) for record in by_rank], own, packed_outputs,
+                   streams)
+        rows.append(row)
+        if first is None and row.get("error") is not None and not row["error"] <= row["limit"]:
+            first = len(rows) - 1
+    called = {row["module"] for row in rows}
+    return {"modules": rows, "first": first, "line": _line(rows, first, called)}
+
+
+def _row(name, expected, expected_in, pieces, own, packed_outputs, streams) -> dict:
+    if any(piece is None for piece in pieces):
+        return {"module": name, "error": None, "how": "not run under the layout"}
+    error, how = _closest([piece[0] for piece in pieces], expected, packed_outputs.get(name.split("#")[0]), streams)
+    if error is None:
+        return {"module": name, "error": None, "how": how}
+    limit, dtype_error = FP32_LIMIT, None
+    if own is not None and name in own:
+        dtype_error = relative_error(own[name][0], expected)
+        limit = max(LOW_PRECISION_FACTOR * dtype_error, LOW_PRECISION_FLOOR)
+    row = {"module": name, "error": error, "limit": limit, "how": how}
+    if dtype_error is not None:
+        row["dtype_error"] = dtype_error
+    inputs = [piece[1] for piece in pieces]
+    if expected_in is not None and all(given is not None for given in inputs):
+        input_error, _ = _closest(inputs, expected_in, None, streams)
+        if input_error is not None:
+            row["input_error"] = input_error
+    return row
+
+
+def _closest(pieces, expected, packed, streams) -> tuple[float | None, str]:
+    candidates = assemble(pieces, expected.shape, packed, streams)
+    scored = [(relative_error(whole, expected), how) for whole, how in candidates if whole is not None]
+    return min(scored, key=lambda item: item[0]) if scored else (None, candidates[0][1])
+
+
+def _line(rows: list[dict], first: int | None, called: set[str]) -> str | None:
+    """`transformer_blocks.1.attn: rel err 3.1e-02 > 1.0e-04 (previous 4.0e-07)`."""
+    if first is None:
+        return None
+    row = rows[first]
+    previous = next((r["error"] for r in reversed(rows[:first]) if r.get("error") is not None), None)
+    before = f" (previous {previous:.1e})" if previous is not None else ""
+    name = row["module"]
+    if row.get("input_error") is not None and not row["input_error"] <= row["limit"]:
+        owner = _enclosing(name.split("#")[0], called)
+        if owner is not None:
+            return f"{owner} (first seen at its {name[len(owner) + 1:]}): rel err {row['error']:.1e} > " \
+                   f"{row['limit']:.1e}{before}"
+    return f"{name}: rel err {row['error']:.1e} > {row['limit']:.1e}{before}"
+
+
+def _enclosing(name: str, called: set[str]) -> str | None:
+    """The nearest module around `name` that was itself called (a ModuleList in between is not)."""
+    parts = name.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in called:
+            return candidate
+    return None
