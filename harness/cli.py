@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     selftest = commands.add_parser("selftest", help="Run the negative controls; exit 0 only if each bug is caught.")
     add_options(selftest, ("references", "case_timeout", "cpu_max_ranks", "budget_factor"), in_force)
     selftest.add_argument("--report-dir", dest="report_dir", default="reports/selftest", help="Where to write.")
+    selftest.add_argument("--localize", action="store_true",
+                          help="Instead: a bug in one module each; localization must name that module first.")
     models = commands.add_parser("models", help="List diffusers' transformers with a parallel plan and the harness's "
                                                 "coverage.")
     models.add_argument("--check", action="store_true", help="Also check each plan against the module tree (meta "
@@ -115,9 +117,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_selftest(args) -> int:
-    from harness.run.selftest import selftest
+    from harness.run.selftest import localize_selftest, selftest
 
-    return selftest(_settings(args))
+    return (localize_selftest if args.localize else selftest)(_settings(args))
 
 
 def cmd_report(args) -> int:

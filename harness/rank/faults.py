@@ -32,16 +32,26 @@ FAULTS = {
     "kill_rank1": "reliability: rank 1 is killed (SIGKILL) in the middle of the case",
 }
 
+# Faults aimed at one module (`name:module.path`), to prove that localization names it: each acts only under a
+# layout (it hooks the module when `enable_parallelism` runs), so the single-device runs stay clean.
+TARGETED = {
+    "scale_output": "the module's output comes back 1% larger",
+    "skip_allreduce": "tensor parallel: this row-wise layer returns its partial sum without the all-reduce",
+    "local_attention": "context parallel: attention inside this module attends only to the rank's own chunk",
+}
+
 # Faults that stand for a change in diffusers itself rather than a parallel bug: the single-device baseline runs
 # with them too, so the layouts still agree with each other while all of them disagree with the stored reference.
 MODEL_CHANGES = {"rope_sign"}
 
 
 def check(name: str) -> None:
-    if name not in FAULTS:
+    base, _, target = name.partition(":")
+    if (name not in FAULTS) and not (base in TARGETED and target):
         from harness.core.errors import HarnessError
 
-        raise HarnessError(f"unknown fault {name!r}; valid faults: {', '.join(FAULTS)}")
+        raise HarnessError(f"unknown fault {name!r}; valid faults: {', '.join(FAULTS)}, and "
+                           f"{', '.join(f'{t}:<module path>' for t in TARGETED)}")
 
 
 @contextlib.contextmanager
@@ -50,8 +60,103 @@ def active(name: str | None):
         yield
         return
     check(name)
-    with globals()[f"_{name}"]():
+    base, _, target = name.partition(":")
+    with (globals()[f"_{base}"](target) if target else globals()[f"_{name}"]()):
         yield
+
+
+@contextlib.contextmanager
+def _on_parallel(target: str, act):
+    """Call `act(module)` on the module at `target` right after `enable_parallelism`; undo what it returns after."""
+    from diffusers import ModelMixin
+
+    original, undo = ModelMixin.enable_parallelism, []
+
+    def enable(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        undo.append(act(self.get_submodule(target)))
+        return result
+
+    ModelMixin.enable_parallelism = enable
+    try:
+        yield
+    finally:
+        ModelMixin.enable_parallelism = original
+        for handle in undo:
+            if handle is not None:
+                handle.remove()
+
+
+def _scale_output(target: str):
+    def scaled(_module, _args, output):
+        if isinstance(output, torch.Tensor):
+            return output * 1.01
+        if isinstance(output, tuple) and output and isinstance(output[0], torch.Tensor):
+            return (output[0] * 1.01, *output[1:])
+        return output
+
+    return _on_parallel(target, lambda module: module.register_forward_hook(scaled))
+
+
+@contextlib.contextmanager
+def _skip_allreduce(target: str):
+    """Only the target layer's output hook returns its partial sum (it is bound when the plan is applied)."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import RowwiseParallel
+
+    original = RowwiseParallel.__dict__["_prepare_output_fn"]
+
+    def maybe_partial(output_layouts, use_local_output, mod, outputs, device_mesh):
+        if getattr(mod, "_harness_fault_target", False):
+            return outputs.to_local() if isinstance(outputs, DTensor) else outputs
+        return original.__func__(output_layouts, use_local_output, mod, outputs, device_mesh)
+
+    from diffusers import ModelMixin
+
+    enable = ModelMixin.enable_parallelism
+
+    def marked(self, *args, **kwargs):
+        self.get_submodule(target)._harness_fault_target = True
+        return enable(self, *args, **kwargs)
+
+    RowwiseParallel._prepare_output_fn = staticmethod(maybe_partial)
+    ModelMixin.enable_parallelism = marked
+    try:
+        yield
+    finally:
+        RowwiseParallel._prepare_output_fn = original
+        ModelMixin.enable_parallelism = enable
+
+
+@contextlib.contextmanager
+def _local_attention(target: str):
+    """While the target module runs, context-parallel attention sees only the rank's own chunk."""
+    from diffusers.models import attention_dispatch as dispatch
+
+    original, inside = dispatch._templated_context_parallel_attention, []
+
+    def maybe_local(query, key, value, attn_mask=None, *args, **kwargs):
+        if not inside:
+            return original(query, key, value, attn_mask, *args, **kwargs)
+        q, k, v = (x.permute(0, 2, 1, 3) for x in (query, key, value))
+        local = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=kwargs.get("scale"))
+        return local.permute(0, 2, 1, 3)
+
+    class Hooks:
+        def __init__(self, module):
+            self.handles = [module.register_forward_pre_hook(lambda *_: inside.append(1) and None),
+                            module.register_forward_hook(lambda *_: inside.pop() and None)]  # None: output kept
+
+        def remove(self):
+            for handle in self.handles:
+                handle.remove()
+
+    dispatch._templated_context_parallel_attention = maybe_local
+    try:
+        with _on_parallel(target, Hooks):
+            yield
+    finally:
+        dispatch._templated_context_parallel_attention = original
 
 
 @contextlib.contextmanager

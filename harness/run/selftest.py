@@ -68,6 +68,57 @@ CONTROLS = [
 ]
 
 
+
+
+@dataclass(frozen=True)
+class Broken:
+    """A bug in exactly one module; localization must name that module first."""
+
+    model: str
+    layout: str
+    backend: str
+    fault: str  # `kind:module.path` (harness.rank.faults.TARGETED)
+    dtype: str = "fp32"
+
+    @property
+    def module(self) -> str:
+        return self.fault.partition(":")[2]
+
+    @property
+    def case(self) -> Case:
+        return Case(self.model, parse_layout(self.layout), self.backend, self.dtype, fault=self.fault)
+
+    def named(self, line: str | None) -> bool:
+        """The first divergence is the broken module (or, for a computation between its children, said of it)."""
+        return bool(line) and (line.startswith(f"{self.module}:") or line.startswith(f"{self.module} ("))
+
+
+LOCALIZE_CONTROLS = [
+    Broken("flux", "ulysses2", "native", "scale_output:transformer_blocks.0.attn"),
+    Broken("flux", "ulysses2", "native", "scale_output:single_transformer_blocks.0.attn"),
+    Broken("flux", "ring2", "_native_flash", "scale_output:transformer_blocks.0.ff"),
+    Broken("flux", "ulysses2", "native", "scale_output:x_embedder"),
+    Broken("flux", "ulysses2", "native", "local_attention:transformer_blocks.0.attn"),
+    Broken("flux", "ring2", "_native_flash", "local_attention:single_transformer_blocks.0.attn"),
+    Broken("flux", "ulysses2", "native", "local_attention:single_transformer_blocks.0.attn", "bf16"),
+    Broken("flux", "tp2", "native", "skip_allreduce:transformer_blocks.0.attn.to_out.0"),
+    Broken("flux", "tp2", "native", "skip_allreduce:transformer_blocks.0.ff.net.2"),
+    Broken("flux", "tp2", "native", "skip_allreduce:transformer_blocks.0.ff_context.net.2"),
+    Broken("flux", "tp2", "native", "scale_output:transformer_blocks.0.ff"),
+    Broken("qwenimage", "ulysses2", "native", "scale_output:transformer_blocks.1.attn"),
+    Broken("qwenimage", "ring2", "_native_flash", "scale_output:transformer_blocks.0.img_mlp"),
+    Broken("qwenimage", "ulysses2", "native", "local_attention:transformer_blocks.1.attn"),
+    Broken("qwenimage", "tp2", "native", "skip_allreduce:transformer_blocks.1.attn.to_out.0"),
+    Broken("qwenimage", "tp2", "native", "skip_allreduce:transformer_blocks.0.txt_mlp.net.2"),
+    Broken("qwenimage", "tp2", "native", "skip_allreduce:transformer_blocks.0.img_mlp.net.2", "bf16"),
+    Broken("wan", "ulysses2", "native", "scale_output:blocks.0.attn1"),
+    Broken("wan", "ulysses2", "native", "local_attention:blocks.1.attn1"),
+    Broken("wan", "ring2", "_native_flash", "scale_output:blocks.1.ffn"),
+    Broken("flux2", "ulysses2", "native", "scale_output:transformer_blocks.0.attn"),
+    Broken("flux2", "tp2", "native", "skip_allreduce:transformer_blocks.0.ff.linear_out"),
+]
+
+
 def control_plan(cpu_max_ranks: int, controls=tuple(CONTROLS)) -> list[PlannedCase]:
     plan, seen, limit = [], set(), max_ranks(cpu_max_ranks)
     for control in controls:
@@ -83,6 +134,34 @@ def control_plan(cpu_max_ranks: int, controls=tuple(CONTROLS)) -> list[PlannedCa
 def caught(control: Control, by_id: dict) -> bool:
     clean, faulty = by_id[control.clean_id], by_id[control.name]
     return faulty.status is Status.FAIL and control.expected in faulty.reason and clean.status is Status.PASS
+
+
+def localize_selftest(settings: Settings, echo: Callable[[str], None] = print) -> int:
+    """Each bug in exactly one module must be named first by localization (at least all but one of them), and the
+    clean twins must localize to nothing."""
+    limit = max_ranks(settings.cpu_max_ranks)
+    plan, seen = [], set()
+    for broken in LOCALIZE_CONTROLS:
+        for case in (broken.case, replace(broken.case, fault=None)):
+            if case.case_id not in seen:
+                seen.add(case.case_id)
+                plan.append(PlannedCase(case, skip_reason(case, limit)))
+    summary = runner.run(replace(settings, localize=True), plan, echo=echo)
+    by_id = {result.case_id: result for result in summary.results}
+    echo("\nselftest --localize: a bug in one module must be named first")
+    named = 0
+    for broken in LOCALIZE_CONTROLS:
+        line = by_id[broken.case.case_id].first_divergence
+        found = broken.named(line)
+        named += found
+        echo(f"  {'named ' if found else 'MISSED'}  {broken.case.case_id:78s} {line}")
+    clean = [r for r in summary.results if r.case_id in seen and "+" not in r.case_id]
+    noisy = [r for r in clean if r.first_divergence and not r.first_divergence.startswith("none")]
+    for result in noisy:
+        echo(f"  NOISY   {result.case_id}: a clean case localized to {result.first_divergence}")
+    ok = named >= len(LOCALIZE_CONTROLS) - 1 and not noisy
+    echo(f"named {named} of {len(LOCALIZE_CONTROLS)}; clean twins localized to nothing: {not noisy}")
+    return 0 if ok else 1
 
 
 def selftest(settings: Settings, echo: Callable[[str], None] = print) -> int:
