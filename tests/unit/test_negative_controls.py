@@ -45,3 +45,19 @@ def test_controls_ran_in_one_launch_per_world_size(control_results):
     _, summary = control_results
     assert summary.header["launches"] == len(summary.header["world_sizes"]) == 3  # 1, 2 and 4 ranks
     assert summary.exit_code == 1  # FAIL cases make `harness run` exit non-zero
+
+
+def test_localization_names_the_one_broken_module(tmp_path_factory, zoo_references):
+    """`harness selftest --localize`: a bug in exactly one module (a scaled output, attention on the local chunk, a
+    skipped all-reduce) over flux, flux2, qwenimage and wan, context and tensor parallel: the first divergence is
+    that module in all but at most one, and the clean twins localize to nothing."""
+    from harness.run.selftest import LOCALIZE_CONTROLS, localize_selftest
+    from harness.run.settings import load_settings
+
+    folder = tmp_path_factory.mktemp("localize")
+    (folder / "pyproject.toml").write_text("[tool.harness]\n")
+    settings = load_settings({"references": str(zoo_references), "report_dir": str(folder / "reports")}, start=folder)
+    lines = []
+    assert localize_selftest(settings, echo=lines.append) == 0, "\n".join(lines[-30:])
+    assert len(LOCALIZE_CONTROLS) >= 20 and len({b.model for b in LOCALIZE_CONTROLS}) >= 3
+    assert {b.layout.startswith("tp") for b in LOCALIZE_CONTROLS} == {True, False}

@@ -23,7 +23,8 @@ _SCRIPT = r"""
   var KEYS = ["status", "model", "layout", "backend", "dtype"];
   var BAD = __BAD__;
   var DASH = "\u2014", TIMES = "\u00d7";
-  var SHOWN_EXTRA = {images: 1, abs_err_hist: 1, traceback: 1, ssim: 1, psnr: 1, peak_mem_mb_per_rank: 1, train: 1};
+  var SHOWN_EXTRA = {images: 1, abs_err_hist: 1, traceback: 1, ssim: 1, psnr: 1, peak_mem_mb_per_rank: 1, train: 1,
+                     localization: 1};
   var IMAGE_ORDER = ["reference", "candidate", "thumbnail", "diff", "ssim_map"];
   var D = JSON.parse(dataEl.textContent);
   var cases = D.c.map(decode);
@@ -134,8 +135,8 @@ _SCRIPT = r"""
   // -- a case's detail ------------------------------------------------------------------------------------------
   function detailHTML(c) {
     var x = extraOf(c);
-    return closeButton() + reasonHTML(c, x) + imagesHTML(c, x) + trainingHTML(c, x) + metricsHTML(c, x) +
-      histogramHTML(c, x) + otherHTML(x);
+    return closeButton() + reasonHTML(c, x) + localizationHTML(c, x) + imagesHTML(c, x) + trainingHTML(c, x) +
+      metricsHTML(c, x) + histogramHTML(c, x) + otherHTML(x);
   }
   function closeButton() {
     return '<button type="button" class="close" data-close title="remove this case from the opened cases">' +
@@ -218,6 +219,52 @@ _SCRIPT = r"""
     var note = "thumbnail" in images && !("diff" in images) ? '<p class="muted">Reference, difference and SSIM ' +
       "map are kept for failing cases only (<code>--images all</code> keeps all four).</p>" : "";
     return '<h4>Images</h4><div class="images">' + figures + "</div>" + note;
+  }
+  // A localized case: each module's error (log scale) in execution order against its limit, the first divergence
+  // marked, and the table behind it.
+  function localizationHTML(c, x) {
+    var loc = x.localization;
+    if (!loc || !Array.isArray(loc.modules)) {
+      return x.localization_error ? "<h4>Where it breaks</h4><p>not localized: " + esc(x.localization_error) +
+        "</p>" : "";
+    }
+    var rows = loc.modules, first = loc.first;
+    var head = '<h4>Where it breaks</h4><p class="first-divergence">' +
+      (first === null || first === undefined ? "no module above its limit" : "first divergence: <code>" +
+       esc(c.first_divergence || rows[first].module) + "</code>") + "</p>";
+    var table = rows.map(function (r, i) {
+      var mark = i === first ? ' class="diverged"' : "";
+      return "<tr" + mark + "><td>" + (i + 1) + "</td><td><code>" + esc(r.module) + "</code></td><td>" +
+        esc(full(r.error)) + "</td><td>" + esc(full(r.limit)) + "</td><td>" + esc(r.how || "") + "</td></tr>";
+    }).join("");
+    return head + moduleSVG(rows, first) + '<details class="modules"><summary>every module (' + rows.length +
+      ')</summary><table class="metrics"><tr><th>#</th><th>module</th><th>rel err</th><th>limit</th><th>how</th>' +
+      "</tr>" + table + "</table></details>";
+  }
+  function moduleSVG(rows, first) {
+    var width = 560, height = 170, pad = 34, n = rows.length;
+    function lg(v) { return Math.log10(Math.min(Math.max(v, 1e-9), 10)); }
+    function px(i) { return pad + (n > 1 ? i * (width - 2 * pad) / (n - 1) : 0); }
+    function py(v) { return height - pad - (lg(v) + 9) / 10 * (height - 2 * pad); }
+    var points = [], limits = [];
+    rows.forEach(function (r, i) {
+      if (num(r.error) !== null) { points.push(px(i).toFixed(1) + "," + py(num(r.error)).toFixed(1)); }
+      if (num(r.limit) !== null) { limits.push(px(i).toFixed(1) + "," + py(num(r.limit)).toFixed(1)); }
+    });
+    var marker = "";
+    if (first !== null && first !== undefined && num(rows[first].error) !== null) {
+      var fx = px(first), fy = py(num(rows[first].error));
+      marker = '<circle class="first" cx="' + fx.toFixed(1) + '" cy="' + fy.toFixed(1) + '" r="5"><title>' +
+        esc(rows[first].module) + "</title></circle>";
+    }
+    var axis = '<line class="axis" x1="' + pad + '" y1="' + (height - pad) + '" x2="' + (width - pad) + '" y2="' +
+      (height - pad) + '"/><text x="2" y="' + (pad + 4) + '">10</text><text x="2" y="' + (height - pad) +
+      '">1e-9</text><text x="' + pad + '" y="' + (height - 12) + '">first module to finish</text><text x="' +
+      (width - pad) + '" y="' + (height - 12) + '" text-anchor="end">last</text><text class="err" x="' + pad +
+      '" y="14">\u25cf rel err per module</text><text class="lim" x="' + (pad + 150) + '" y="14">- - limit</text>';
+    return '<svg class="modules" viewBox="0 0 ' + width + " " + height + '" width="' + width + '" height="' + height +
+      '" role="img" aria-label="error per module in execution order">' + axis + '<polyline class="lim" points="' +
+      limits.join(" ") + '"/><polyline class="err" points="' + points.join(" ") + '"/>' + marker + "</svg>";
   }
   // A train case: the loss of every step (reference, this layout, the single-device run of its dtype) and the ten
   // parameters whose step-1 gradient is furthest from the reference's.
