@@ -25,6 +25,7 @@ class Built:
     parallelize: Callable[[Any], None] | None = None  # called with the device mesh after `enable_parallelism`
     proof: Callable[[], Any] | None = None  # what the kernel proof profiles (None: `run` again)
     forward: Callable[[], Any] | None = None  # what localization traces module by module (None: `run`)
+    loss: Callable[[], Any] | None = None  # a differentiable loss: localization traces the backward too (train)
 
 
 @dataclass(frozen=True)

@@ -128,13 +128,13 @@ class TrainKind(Kind):
         def proof() -> None:
             state["trainer"].first_step()
 
-        def forward() -> None:
+        def forward() -> torch.Tensor:
             if "trainer" not in state:
                 parallelize(None)
-            state["trainer"].first_forward()
+            return state["trainer"].first_forward()
 
         return Built(model, run, cp_plan=spec.context_parallel_plan(model.config), parallelize=parallelize,
-                     proof=proof, forward=forward)
+                     proof=proof, forward=forward, loss=forward)
 
     def detach(self, output):
         return output

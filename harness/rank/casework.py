@@ -15,7 +15,7 @@ import torch
 from harness.core.records import Case
 from harness.core.reference import Reference, read_reference, reference_path
 from harness.kinds import kind_of
-from harness.rank import backends, faults, kernels, training
+from harness.rank import backends, faults, kernels, localize, training
 
 
 class CaseWork:
@@ -93,8 +93,6 @@ class CaseWork:
         """Where the case breaks (rank 0; None elsewhere): every module's output under the layout against the same
         module on one device, from the reference's weights, without the case's fault, in fp32 and, for low
         precision, in the case's dtype (its own noise is not a divergence)."""
-        from harness.rank import localize
-
         reference, kind = self.reference(case), kind_of(case.kind)
         built = kind.build(case, reference, self.device)
         with faults.active(case.fault):
@@ -105,27 +103,39 @@ class CaseWork:
             if built.parallelize is not None:
                 built.parallelize(mesh)
             packed = training.packed_parameters(built.module, case.layout.tp) if case.layout.tp > 1 else {}
-            records = localize.trace(built.module, built.forward or built.run)
+            records, grads = self._trace(built, 1.0 / case.layout.dp)
         backends.reset_active_backend()
         gathered = localize.gather_records(records, world_size)
+        gathered_grads = localize.gather_records(grads, world_size) if grads is not None else None
         if rank != 0:
             return None
-        single = self._single_trace(case, "fp32", reference)
-        own = self._single_trace(case, case.dtype, reference) if case.dtype != "fp32" else None
-        outputs = {name[:-len(".weight")]: (blocks, degree) for name, (dim, blocks, degree) in packed.items()
-                   if name.endswith(".weight") and dim == 0}
+        single, single_grads = self._single_trace(case, "fp32", reference)
+        own, own_grads = self._single_trace(case, case.dtype, reference) if case.dtype != "fp32" else (None, None)
+        outputs, inputs = ({name[:-len(".weight")]: (blocks, degree) for name, (dim, blocks, degree) in packed.items()
+                            if name.endswith(".weight") and dim == side} for side in (0, 1))
         lengths = kind.split_lengths(case) if case.layout.is_context_parallel else None
-        return localize.localize(gathered, single, own, outputs, tuple((lengths or {}).values()))
+        streams = tuple((lengths or {}).values())
+        found = localize.localize(gathered, single, own, outputs, streams)
+        if gathered_grads is not None:  # backward order: the first module whose backward hands on a wrong gradient
+            found["backward"] = localize.localize(gathered_grads, single_grads, own_grads, inputs, streams,
+                                                  gradients=True)
+            if found["line"] is None and found["backward"]["line"] is not None:
+                found["line"] = f"backward: {found['backward']['line']}"
+        return found
 
-    def _single_trace(self, case: Case, dtype: str, reference) -> list:
+    @staticmethod
+    def _trace(built, scale: float) -> tuple[list, list | None]:
+        if built.loss is not None:
+            return localize.trace_backward(built.module, built.loss, scale)
+        return localize.trace(built.module, built.forward or built.run), None
+
+    def _single_trace(self, case: Case, dtype: str, reference) -> tuple[list, list | None]:
         from harness.core.layouts import Layout
-        from harness.rank import localize
-
         backend = case.backend if case.layout.world_size > 1 else "native"
         single = replace(case, layout=Layout("single"), backend=backend, dtype=dtype, fault=None)
         built = kind_of(case.kind).build(single, reference, self.device)
         try:
-            return localize.trace(built.module, built.forward or built.run)
+            return self._trace(built, 1.0)
         finally:
             backends.reset_active_backend()
 

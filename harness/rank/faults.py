@@ -38,6 +38,7 @@ TARGETED = {
     "scale_output": "the module's output comes back 1% larger",
     "skip_allreduce": "tensor parallel: this row-wise layer returns its partial sum without the all-reduce",
     "local_attention": "context parallel: attention inside this module attends only to the rank's own chunk",
+    "wrong_grad": "backward: the module hands on its input gradient 1% too large (its forward is right)",
 }
 
 # Faults that stand for a change in diffusers itself rather than a parallel bug: the single-device baseline runs
@@ -96,6 +97,13 @@ def _scale_output(target: str):
         return output
 
     return _on_parallel(target, lambda module: module.register_forward_hook(scaled))
+
+
+def _wrong_grad(target: str):
+    def larger(_module, grad_input, _grad_output):
+        return tuple(None if grad is None else grad * 1.01 for grad in grad_input)
+
+    return _on_parallel(target, lambda module: module.register_full_backward_hook(larger))
 
 
 @contextlib.contextmanager

@@ -39,6 +39,45 @@ def first_tensor(output) -> torch.Tensor | None:
 def trace(module, run: Callable[[], object]) -> list[tuple[str, torch.Tensor, torch.Tensor | None]]:
     """(name, output, first input) of every submodule call of `module` while `run()` runs, in the order the calls
     finish; a module called again is `name#2`, `name#3`..."""
+    records, handles = _forward_hooks(module)
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return records
+
+
+def trace_backward(module, loss: Callable[[], torch.Tensor], scale: float = 1.0) -> tuple[list, list]:
+    """The forward records, and (name, input gradient, output gradient) of every module in the order its backward
+    finishes: what a module's backward hands on is its "output" here, what it receives its "input", so the first
+    module whose backward diverges is found as in the forward. `scale` brings a data-parallel rank's gradients, of
+    its own batch's mean, to the whole batch's."""
+    records, handles = _forward_hooks(module)
+    grads, calls = [], Counter()
+    for name, submodule in module.named_modules():
+        if not name:
+            continue
+
+        def hook(_module, grad_input, grad_output, name=name):
+            given, received = first_tensor(list(grad_input)), first_tensor(list(grad_output))
+            if given is None:
+                return
+            calls[name] += 1
+            grads.append((name if calls[name] == 1 else f"{name}#{calls[name]}", _kept(given) * scale,
+                          None if received is None else _kept(received) * scale))
+
+        handles.append(submodule.register_full_backward_hook(hook))
+    try:
+        loss().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return records, grads
+
+
+def _forward_hooks(module) -> tuple[list, list]:
     records, calls, handles = [], Counter(), []
     for name, submodule in module.named_modules():
         if not name:
@@ -54,18 +93,16 @@ def trace(module, run: Callable[[], object]) -> list[tuple[str, torch.Tensor, to
                             None if given is None else _kept(given)))
 
         handles.append(submodule.register_forward_hook(hook, with_kwargs=True))
-    try:
-        with torch.no_grad():
-            run()
-    finally:
-        for handle in handles:
-            handle.remove()
-    return records
+    return records, handles
 
 
 def _kept(tensor: torch.Tensor) -> torch.Tensor:
-    if hasattr(tensor, "full_tensor"):  # every rank records the same calls, so every rank gathers alike
-        tensor = tensor.full_tensor()
+    """A DTensor's shard as the rank holds it (put together with the others' on rank 0, in the model's order even
+    for diffusers' packed layouts, which a DTensor's own gather gets wrong); a partial or replicated one whole
+    (every rank records the same calls, so every rank gathers alike)."""
+    if hasattr(tensor, "full_tensor"):
+        sharded = any(placement.is_shard() for placement in tensor.placements)
+        tensor = tensor.to_local() if sharded else tensor.full_tensor()
     return tensor.detach().float().cpu().clone()
 
 
@@ -77,15 +114,19 @@ def gather_records(records: list[tuple[str, torch.Tensor]], world_size: int) -> 
 
 
 def assemble(pieces: list[torch.Tensor], expected: torch.Size, packed: tuple | None = None,
-             streams: tuple[int, ...] = ()) -> list[tuple[torch.Tensor | None, str]]:
+             streams: tuple[int, ...] = (), partial: bool = False) -> list[tuple[torch.Tensor | None, str]]:
     """The module output a correct layout holds, from each rank's piece: [(tensor, how)], or [(None, why not)].
     A joint sequence of separately split streams (Flux's text and image: each rank holds [text shard, image
     shard]) has one candidate per order of the `streams` lengths; the caller keeps the closest, since a broken
-    module is far from all of them."""
+    module is far from all of them. A gradient (`partial`) of a tensor every rank holds whole is each rank's
+    share when the ranks differ (each rank's own tokens or heads contributed to it): their sum."""
     first = pieces[0]
     if all(piece.shape == expected for piece in pieces):
-        same = all(torch.equal(piece, first) for piece in pieces[1:])
-        return [(first, "replicated" if same else "rank 0's (the ranks differ)")]
+        if all(torch.equal(piece, first) for piece in pieces[1:]):
+            return [(first, "replicated")]
+        if partial:
+            return [(torch.stack(pieces).sum(0), "summed over the ranks (each rank's share)")]
+        return [(first, "rank 0's (the ranks differ)")]
     dims = [d for d in range(len(expected)) if len(first.shape) == len(expected)
             and sum(piece.shape[d] for piece in pieces) == expected[d]
             and all(piece.shape[:d] + piece.shape[d + 1:] == expected[:d] + expected[d + 1:] for piece in pieces)]
@@ -124,7 +165,7 @@ def relative_error(candidate: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def localize(ranks: list[list], single: list, same_dtype: list | None, packed_outputs: dict[str, tuple],
-             streams: tuple[int, ...] = ()) -> dict:
+             streams: tuple[int, ...] = (), gradients: bool = False) -> dict:
     """Each module's error in the single-device execution order, and the first one above its limit: fp32 (no
     `same_dtype`) a fixed limit; low precision `LOW_PRECISION_FACTOR` x the same dtype's own error on one device,
     above a floor. When the first diverging module's input diverges already, the divergence arose in the module
@@ -135,7 +176,7 @@ def localize(ranks: list[list], single: list, same_dtype: list | None, packed_ou
     rows, first = [], None
     for name, expected, expected_in in single:
         row = _row(name, expected, expected_in, [record.get(name) for record in by_rank], own, packed_outputs,
-                   streams)
+                   streams, gradients)
         rows.append(row)
         if first is None and row.get("error") is not None and not row["error"] <= row["limit"]:
             first = len(rows) - 1
@@ -143,10 +184,11 @@ def localize(ranks: list[list], single: list, same_dtype: list | None, packed_ou
     return {"modules": rows, "first": first, "line": _line(rows, first, called)}
 
 
-def _row(name, expected, expected_in, pieces, own, packed_outputs, streams) -> dict:
+def _row(name, expected, expected_in, pieces, own, packed_outputs, streams, partial) -> dict:
     if any(piece is None for piece in pieces):
         return {"module": name, "error": None, "how": "not run under the layout"}
-    error, how = _closest([piece[0] for piece in pieces], expected, packed_outputs.get(name.split("#")[0]), streams)
+    error, how = _closest([piece[0] for piece in pieces], expected, packed_outputs.get(name.split("#")[0]), streams,
+                          partial)
     if error is None:
         return {"module": name, "error": None, "how": how}
     limit, dtype_error = FP32_LIMIT, None
@@ -158,14 +200,14 @@ def _row(name, expected, expected_in, pieces, own, packed_outputs, streams) -> d
         row["dtype_error"] = dtype_error
     inputs = [piece[1] for piece in pieces]
     if expected_in is not None and all(given is not None for given in inputs):
-        input_error, _ = _closest(inputs, expected_in, None, streams)
+        input_error, _ = _closest(inputs, expected_in, None, streams, partial)
         if input_error is not None:
             row["input_error"] = input_error
     return row
 
 
-def _closest(pieces, expected, packed, streams) -> tuple[float | None, str]:
-    candidates = assemble(pieces, expected.shape, packed, streams)
+def _closest(pieces, expected, packed, streams, partial=False) -> tuple[float | None, str]:
+    candidates = assemble(pieces, expected.shape, packed, streams, partial)
     scored = [(relative_error(whole, expected), how) for whole, how in candidates if whole is not None]
     return min(scored, key=lambda item: item[0]) if scored else (None, candidates[0][1])
 

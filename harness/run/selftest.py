@@ -79,6 +79,7 @@ class Broken:
     backend: str
     fault: str  # `kind:module.path` (harness.rank.faults.TARGETED)
     dtype: str = "fp32"
+    kind: str = "tensor"
 
     @property
     def module(self) -> str:
@@ -86,11 +87,13 @@ class Broken:
 
     @property
     def case(self) -> Case:
-        return Case(self.model, parse_layout(self.layout), self.backend, self.dtype, fault=self.fault)
+        return Case(self.model, parse_layout(self.layout), self.backend, self.dtype, self.kind, fault=self.fault)
 
     def named(self, line: str | None) -> bool:
-        """The first divergence is the broken module (or, for a computation between its children, said of it)."""
-        return bool(line) and (line.startswith(f"{self.module}:") or line.startswith(f"{self.module} ("))
+        """The first divergence is the broken module (or, for a computation between its children, said of it);
+        a wrong backward is named in the backward."""
+        line = (line or "").removeprefix("backward: ")
+        return line.startswith(f"{self.module}:") or line.startswith(f"{self.module} (")
 
 
 LOCALIZE_CONTROLS = [
@@ -116,6 +119,10 @@ LOCALIZE_CONTROLS = [
     Broken("wan", "ring2", "_native_flash", "scale_output:blocks.1.ffn"),
     Broken("flux2", "ulysses2", "native", "scale_output:transformer_blocks.0.attn"),
     Broken("flux2", "tp2", "native", "skip_allreduce:transformer_blocks.0.ff.linear_out"),
+    Broken("flux", "ulysses2", "native", "wrong_grad:transformer_blocks.0.ff", kind="train"),
+    Broken("flux", "ring2", "_native_flash", "wrong_grad:single_transformer_blocks.0.proj_out", kind="train"),
+    Broken("qwenimage", "ulysses2", "native", "wrong_grad:transformer_blocks.1.img_mlp", kind="train"),
+    Broken("flux", "tp2", "native", "wrong_grad:transformer_blocks.0.ff", kind="train"),
 ]
 
 
