@@ -26,7 +26,7 @@ FAULTS = {
     "kill_rank1": "reliability: rank 1 is killed (SIGKILL) in the middle of the case",
     "hang_node1": "reliability, several nodes: the last rank of node 1 never reaches the collective (none elsewhere)",
     "kill_agent_node1": "reliability, several nodes: node 1's torchrun agent is killed (SIGKILL) in the middle of the "
-                        "case (none elsewhere)",
+                        "case, and its ranks stop (none elsewhere)",
 }
 
 # Faults that stand for a change in diffusers itself rather than a parallel bug: the single-device baseline runs
@@ -218,10 +218,13 @@ def _on_node1(action, local_rank: int):
 
 
 def _sigkill_agent():
+    """Kill this node's torchrun (which started this rank), then wait, as a node whose agent died does no more
+    work: the case cannot finish before the node's harness agent has seen it."""
     import os
     import signal
 
-    os.kill(os.getppid(), signal.SIGKILL)  # torchrun, which started this rank
+    os.kill(os.getppid(), signal.SIGKILL)
+    _sleep_forever()
 
 
 _hang_rank1 = _on_rank1(_sleep_forever)

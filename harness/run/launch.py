@@ -204,6 +204,8 @@ class _Launch:
                 self._watch(process)
             finally:
                 procs.kill_tree(process)
+                procs.kill_ranks([pid for rank, pid in self.watch.pids.items() if not self.watch.nodes.get(rank)],
+                                 self.folder)
                 if view is not None:
                     view.end()  # every other node stops its share; the next launch finds them free
         return self.done

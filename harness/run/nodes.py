@@ -225,10 +225,11 @@ class NodeAgent:
         with open(folder / f"torchrun-node{self.node}.log", "w") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=node_env(self.node),
                                        start_new_session=True, preexec_fn=procs.die_with_parent())
+            reporter = _Reporter(folder, self.node, request, process)
             try:
-                _Reporter(folder, self.node, request, process).until_ended(self._judge_quiet)
+                reporter.until_ended(self._judge_quiet)
             finally:
-                procs.kill_tree(process)
+                reporter.stop()
                 _write(folder / f"node{self.node}.ended", {"at": time.time()})
 
 
@@ -252,7 +253,7 @@ class _Reporter:
                 self.agent_exit = self.process.returncode
                 self.agent_first = bool(self.pids) and all(procs.alive(pid) for pid in self.pids.values())
                 self._write()  # said before its ranks are stopped, so node 0 blames the agent, not them
-                procs.kill_tree(self.process)
+                self.stop()
                 self._write()
             request = _read(self.folder / "stacks.request")
             if request is not None and request != self.stacks_seen:
@@ -262,6 +263,11 @@ class _Reporter:
                 self._write()
                 last = time.monotonic()
             time.sleep(POLL_S)
+
+    def stop(self) -> None:
+        """This node's torchrun and every rank it started, even those it left behind when it was killed."""
+        procs.kill_tree(self.process)
+        procs.kill_ranks(self.pids.values(), self.folder)
 
     def _find_ranks(self) -> None:
         """This node's ranks, from their hello events (rank, pid, node) in the shared launch folder."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from pathlib import Path
 
 from harness.core.records import STACKS_SIGNAL
 
@@ -61,6 +62,22 @@ def kill_tree(process: subprocess.Popen) -> None:
         os.killpg(process.pid, signal.SIGKILL)  # ranks may outlive a torchrun that already exited
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def kill_ranks(pids, folder: Path) -> None:
+    """Ranks still alive after their torchrun is gone: torchrun starts each rank in a session of its own, so a
+    torchrun that was killed outright leaves them behind. Only processes whose command line names the launch's
+    `folder` are killed (a pid may have been reused)."""
+    for pid in pids:
+        try:
+            named = str(folder) in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if named:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def die_with_parent(sig: int = signal.SIGTERM):
