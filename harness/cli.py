@@ -136,8 +136,8 @@ def _forwarded(args) -> list[str]:
         if value is None or name in OWN_OPTIONS:
             continue
         flag = name.replace("_", "-")
-        flags += [f"--{flag}" if value else f"--no-{flag}"] if isinstance(value, bool) else [f"--{flag}", str(value)]
-    return flags + (["--resume"] if args.resume else []) + (["--inject-fault", args.inject_fault]
+        flags.append((f"--{flag}" if value else f"--no-{flag}") if isinstance(value, bool) else f"--{flag}={value}")
+    return flags + (["--resume"] if args.resume else []) + ([f"--inject-fault={args.inject_fault}"]
                                                              if args.inject_fault else [])
 
 

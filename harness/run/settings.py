@@ -92,7 +92,7 @@ class Settings:
                                     "the largest world size on GPUs.")
     slurm_script: str = _option("", "With --launcher slurm: write this sbatch script instead of running srun.")
     slurm_options: list[str] = _option([], "Extra srun/sbatch options with --launcher slurm, comma-separated, e.g. "
-                                           "--partition=gpu,--time=02:00:00.", True)
+                                           "--slurm-options=--partition=gpu,--time=02:00:00.", True)
     shard: str = _option("", "K/N: run only part K of N of the plan (balanced by predicted cost, each model's "
                              "world size whole); `harness merge` joins the N reports.")
     root: Path = field(default=Path("."), metadata={"option": False})
