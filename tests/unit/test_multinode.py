@@ -77,3 +77,32 @@ def test_two_nodes_match_one_host_and_name_a_hung_rank_and_a_lost_agent(project,
     assert re.fullmatch(r"node 1 \([^)]+\): its torchrun agent died \(signal 9\) during the case; its ranks \d, \d "
                         r"were stopped", lost.reason), lost.reason
     assert two.header["launches"] == 2  # the hang ended the first launch; the kill the second
+
+
+def test_another_node_follows_only_a_run_whose_judge_beats_and_stops_with_it(tmp_path, monkeypatch):
+    """A run killed outright leaves its last beat behind: another node must not join that run, and must end when a
+    live run ends."""
+    import json
+    import threading
+
+    from harness.run import nodes
+    from harness.run.launchers import Torchrun
+
+    monkeypatch.setattr(nodes, "JOIN_WAIT_S", 3.0)
+    (tmp_path / "judge.beat").write_text(json.dumps({"run_id": "killed", "beat": 7}))
+    said: list[str] = []
+    agent = nodes.NodeAgent(tmp_path, Torchrun(2, 1, "127.0.0.1:1"), echo=said.append)
+    assert agent.run() == 1
+    assert said == [f"node 1: no run from node 0 in {tmp_path} after 3s (is node 0 running `harness run` with the "
+                    "same --report-dir on a filesystem both nodes share?)"]
+
+    codes: list[int] = []
+    with nodes.SharedRun(tmp_path, 2) as shared:
+        follower = threading.Thread(target=lambda: codes.append(agent.run()))
+        follower.start()
+        while not any("following" in line for line in said):
+            assert follower.is_alive(), said
+            threading.Event().wait(0.1)
+    follower.join(timeout=10)
+    assert codes == [0]
+    assert said[1:] == [f"node 1: following run {shared.run_id} in {tmp_path}", f"node 1: run {shared.run_id} is over"]

@@ -117,8 +117,9 @@ def test_a_part_given_twice_or_cut_from_another_plan_or_not_a_part_is_refused(tm
 
 @pytest.mark.slow
 def test_three_parts_merged_are_the_unsharded_run(project, zoo_references, settings_for):
-    """Four real runs (about 2 minutes on 2 busy cores): parts 1/3, 2/3, 3/3 and the whole plan; merged, the same cases and statuses;
-    `harness report --compare` reads the merged run like any other; and a missing part is named by `harness merge`."""
+    """Four real runs (about 2 minutes on 2 busy cores): parts 1/3, 2/3, 3/3 and the whole plan; merged, the same
+    cases and statuses; `harness report --compare` reads the merged run like any other; and a missing part is named
+    by `harness merge`."""
     options = {"models": "flux,qwenimage", "layouts": "single,ulysses2,tp2", "backends": "native", "dtypes": "fp32",
                "kinds": "tensor", "shapes": "default", "case_timeout": 600}
     whole = settings_for(**options, report_dir="whole")
