@@ -8,7 +8,6 @@ ranks of another node through that node's agent (harness.run.nodes).
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import time
 from collections.abc import Callable, Iterable
@@ -19,8 +18,9 @@ from harness.core.records import Case, CaseRecord, GroupSpec, Outcome
 from harness.run import procs
 from harness.run.launchers import Capacity, Local, node_env
 from harness.run.nodes import SETTLE_S, NodeView, SharedRun
+from harness.run.procs import POLL_S
+from harness.run.stacks import rank_stacks, stuck_where
 
-POLL_S = 0.1
 RANK_ERROR_GRACE_S = 5.0  # a rank's error, then no result: the other ranks are stuck in a collective
 STARTUP_TIMEOUT_S = 180.0  # imports, gloo/NCCL init and rendezvous
 # A hang is a group that stops computing: no rank uses PROGRESS_CPU_S of CPU time in STALL_S. A slow or busy machine
@@ -325,41 +325,6 @@ class _Launch:
             return f"node {node} ({view.host(node)}): its torchrun agent died ({how}) during the case{on_it}", node
         return (f"node {node} ({view.host(node)}) stopped reporting for {view.quiet[node]:.0f}s during the case (its "
                 f"harness agent or the node itself is gone){on_it}", node)
-
-
-STACKS_WAIT_S = 10.0  # how long the ranks get to write their stacks (they do it from a signal handler, at once)
-
-
-def rank_stacks(folder: Path, watch: _Watch) -> dict[int, str]:
-    """Every rank's Python stacks, written by faulthandler on SIGUSR1 (harness.rank.worker registers it), read back
-    before the group is killed: where a hung rank is stuck. Another node's agent signals its own ranks."""
-    paths = {rank: folder / f"rank{rank}.stacks" for rank in watch.pids}
-    sizes = {rank: path.stat().st_size if path.exists() else 0 for rank, path in paths.items()}
-    procs.ask_stacks(pid for rank, pid in watch.pids.items() if not watch.nodes.get(rank))
-    if watch.view is not None:
-        watch.view.ask_stacks()
-    deadline = time.monotonic() + STACKS_WAIT_S
-    while time.monotonic() < deadline and not all(
-            path.exists() and path.stat().st_size > sizes[rank] for rank, path in paths.items()):
-        time.sleep(POLL_S)
-    time.sleep(POLL_S)  # the last lines of a dump in progress
-    return {rank: path.read_text(errors="replace")[sizes[rank]:] for rank, path in paths.items() if path.exists()
-            and path.stat().st_size > sizes[rank]}
-
-
-def stuck_where(stacks: dict[int, str], name: Callable[[int], str] = "rank {}".format) -> str:
-    """'; stuck: rank 0 in all_gather_object (distributed_c10d.py:3166), rank 1 in ...': the innermost frame of each
-    rank's main thread (faulthandler prints the thread that took the signal first as 'Current thread')."""
-    places = []
-    for rank, text in sorted(stacks.items()):
-        block = text.split("Current thread", 1)[-1] if "Current thread" in text else text
-        frame = next((line.strip() for line in block.splitlines() if line.strip().startswith("File ")), None)
-        if frame is None:
-            continue
-        match = re.match(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)', frame)
-        if match:
-            places.append(f"{name(rank)} in {match['func']} ({Path(match['path']).name}:{match['line']})")
-    return f"; stuck: {', '.join(places)}" if places else ""
 
 
 def _tail(path: Path, lines: int = 6) -> str:

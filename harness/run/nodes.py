@@ -27,9 +27,9 @@ from pathlib import Path
 
 from harness.run import procs
 from harness.run.launchers import node_env
+from harness.run.procs import POLL_S
 
 WORKDIR = "work"  # under --report-dir: the launches' files, shared by every node
-POLL_S = 0.1
 STATUS_S = 0.5  # how often a node's agent writes its status
 SETTLE_S = 2 * STATUS_S  # node 0 waits this long for the other nodes' word before it blames a rank
 NODE_SILENT_S = 15.0  # a node whose status stops changing this long is gone (its agent died, or the node did)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from harness.core.records import STACKS_SIGNAL
 
+POLL_S = 0.1  # how often the launcher and the node agents look at files and processes
+
 
 def alive(pid: int) -> bool:
     """True for a running process; a zombie (killed, not yet reaped by torchrun) counts as dead."""
