@@ -49,7 +49,8 @@ def ask_stacks(pids) -> None:
 
 
 def kill_tree(process: subprocess.Popen) -> None:
-    """torchrun and its ranks share one session: signal them all, then wait, so no orphan survives."""
+    """torchrun's session: SIGTERM (torchrun then stops its ranks, each in a session of its own), SIGKILL if it does
+    not go; ranks a torchrun killed outright left behind are `kill_ranks`' job."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         if process.poll() is not None:
             break
