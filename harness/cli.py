@@ -1,4 +1,5 @@
-"""`harness capture | run | selftest | report | backends | models`: user errors end with a message and exit code."""
+"""`harness capture | run | merge | selftest | report | backends | models`: user errors end with a message and exit
+code."""
 
 from __future__ import annotations
 
@@ -61,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "device, zoo and default configs): keys, split/gather pairs, attention in the split region, "
                         "TP pairs and degrees 2 and 4. Exit 1 on an error finding.")
     commands.add_parser("backends", help="List diffusers' attention backends: usable here (probed), why not, CP.")
+    merge = commands.add_parser("merge", help="Merge the reports of the parts of a `--shard K/N` run into one.")
+    merge.add_argument("parts", nargs="+", metavar="DIR", help="The --report-dir of each part.")
+    add_options(merge, ("report_dir",), in_force)
     report = commands.add_parser("report", help="Re-render index.html from results.json, or compare two runs.")
     add_options(report, ("report_dir",), in_force)
     report.add_argument("--compare", nargs=2, metavar=("OLD_DIR", "NEW_DIR"), default=None,
@@ -110,10 +114,65 @@ def cmd_capture(args) -> int:
 
 def cmd_run(args) -> int:
     from harness.run import runner
+    from harness.run.launchers import launcher_from
+    from harness.run.nodes import WORKDIR, NodeAgent
 
     settings = _settings(args)
+    launcher = launcher_from(settings)
+    command = launcher.hand_off(_forwarded(args))
+    if command is not None:
+        return _hand_off(launcher, command, settings, _forwarded(args))
+    if launcher.node_rank > 0:  # this node only runs ranks: node 0 plans, judges and reports
+        return NodeAgent(settings.path("report_dir") / WORKDIR, launcher).run()
     summary = runner.run(settings, runner.plan_from(settings, args.inject_fault), resume=args.resume)
     return summary.exit_code
+
+
+def _forwarded(args) -> list[str]:
+    """The options this `harness run` was given, as flags again, less those that say how it starts (for srun)."""
+    from harness.run.launchers import OWN_OPTIONS
+
+    flags = []
+    for name in RUN_OPTIONS:
+        value = getattr(args, name, None)
+        if value is None or name in OWN_OPTIONS:
+            continue
+        flag = name.replace("_", "-")
+        flags.append((f"--{flag}" if value else f"--no-{flag}") if isinstance(value, bool) else f"--{flag}={value}")
+    return flags + (["--resume"] if args.resume else []) + ([f"--inject-fault={args.inject_fault}"]
+                                                             if args.inject_fault else [])
+
+
+def _hand_off(launcher, command: list[str], settings, forwarded: list[str]) -> int:
+    """Slurm: write the sbatch script (`--slurm-script`), or run srun here and return its exit code."""
+    import shlex
+    import shutil
+    import subprocess
+
+    if settings.slurm_script:
+        path = settings.path("slurm_script")
+        path.write_text(launcher.script(forwarded, Path.cwd()))
+        print(f"wrote {path}; submit it with: sbatch {shlex.quote(str(path))}")
+        return 0
+    if shutil.which(command[0]) is None:
+        raise HarnessError(f"option launcher: {command[0]} not found here; run on a Slurm login or compute node, or "
+                           "write an sbatch script with --slurm-script FILE")
+    print(f"running: {shlex.join(command)}", flush=True)
+    return subprocess.run(command).returncode
+
+
+def cmd_merge(args) -> int:
+    from harness.run import matrix
+    from harness.run.merge import merge_runs
+
+    settings = _settings(args)
+    out = settings.path("report_dir")
+    results, header = merge_runs([Path(folder) for folder in args.parts], out)
+    print(matrix.terminal(results))
+    print(f"merged {len(header['merged_from'])} parts, {len(results)} cases: {matrix.counts_line(results)}; "
+          f"wrote {out / 'results.json'}, {out / 'index.html'}, {out / 'matrix.csv'}, {out / 'matrix.md'}")
+    strict = bool(header["settings"].get("xfail_strict"))
+    return 1 if any(result.status.is_failure(strict) for result in results) else 0
 
 
 def cmd_selftest(args) -> int:
@@ -193,7 +252,7 @@ def cmd_models(args) -> int:
     return 1 if any(row.severity == "error" for row in findings) else 0
 
 
-COMMANDS = {"capture": cmd_capture, "run": cmd_run, "selftest": cmd_selftest, "report": cmd_report,
+COMMANDS = {"capture": cmd_capture, "run": cmd_run, "merge": cmd_merge, "selftest": cmd_selftest, "report": cmd_report,
             "models": cmd_models, "backends": cmd_backends}
 
 

@@ -33,7 +33,11 @@ def settings_from(config):
     from harness.run.settings import RUN_OPTIONS, load_settings
 
     overrides = {name: config.getoption(f"harness_{name}") for name in RUN_OPTIONS}
-    return load_settings(overrides, start=config.rootpath)
+    settings = load_settings(overrides, start=config.rootpath)
+    if settings.shard or settings.launcher != "local":  # one process judges, and pytest's items are the whole plan
+        raise pytest.UsageError("--harness-shard and --harness-launcher are for `harness run` (then `harness merge`); "
+                                "under pytest select items with -k")
+    return settings
 
 
 def pytest_generate_tests(metafunc):

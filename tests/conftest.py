@@ -56,3 +56,4 @@ def settings_for(project, zoo_references):
         return load_settings(overrides, start=project)
 
     return make
+

@@ -6,10 +6,16 @@ travel as JSON (group.json, the ranks' event lines, results.partial.jsonl) throu
 
 from __future__ import annotations
 
+import signal
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from harness.core.layouts import Layout, parse_layout
+
+# The node a rank runs on (0 plans and judges), set by the harness on each node's torchrun: ranks report it in their
+# events so a failure names its node as well as its rank.
+NODE_ENV = "HARNESS_NODE_RANK"
+STACKS_SIGNAL = signal.SIGUSR1  # a rank dumps its Python stacks on it (faulthandler); the launcher sends it to a hang
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ class Kind:
 
     name: str = ""
     help: str = ""
+    cost_s: float = 0.4  # rough seconds of one case on one rank, to balance the parts of `--shard K/N`
 
     def unavailable(self) -> str | None:
         """Why this kind cannot run on this machine (a plan-time SKIP), or None."""

@@ -30,6 +30,9 @@ FAULTS = {
     "hang_rank1": "reliability: rank 1 never reaches the collective the others wait in",
     "raise_rank1": "reliability: rank 1 raises before the forward while the others wait in a collective",
     "kill_rank1": "reliability: rank 1 is killed (SIGKILL) in the middle of the case",
+    "hang_node1": "reliability, several nodes: the last rank of node 1 never reaches the collective (none elsewhere)",
+    "kill_agent_node1": "reliability, several nodes: node 1's torchrun agent is killed (SIGKILL) in the middle of the "
+                        "case, and its ranks stop (none elsewhere)",
 }
 
 # Faults aimed at one module (`name:module.path`), to prove that localization names it: each acts only under a
@@ -317,9 +320,37 @@ def _sigkill_self():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _on_node1(action, local_rank: int):
+    """`action` on one rank of node 1 (its local rank `local_rank`, -1 for the last); a no-op on one host."""
+    import os
+
+    from harness.core.records import NODE_ENV
+
+    @contextlib.contextmanager
+    def context():
+        local, count = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+        if os.environ.get(NODE_ENV) == "1" and local == local_rank % count:
+            action()
+        yield
+
+    return context
+
+
+def _sigkill_agent():
+    """Kill this node's torchrun (which started this rank), then wait, as a node whose agent died does no more
+    work: the case cannot finish before the node's harness agent has seen it."""
+    import os
+    import signal
+
+    os.kill(os.getppid(), signal.SIGKILL)
+    _sleep_forever()
+
+
 _hang_rank1 = _on_rank1(_sleep_forever)
 _raise_rank1 = _on_rank1(_raise)
 _kill_rank1 = _on_rank1(_sigkill_self)
+_hang_node1 = _on_node1(_sleep_forever, -1)
+_kill_agent_node1 = _on_node1(_sigkill_agent, 0)
 
 
 @contextlib.contextmanager

@@ -9,7 +9,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
-import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -19,12 +19,10 @@ import torch.distributed as dist
 
 from harness.core import determinism
 from harness.core.errors import traceback_text
-from harness.core.records import Case, CaseRecord, GroupSpec
+from harness.core.records import NODE_ENV, STACKS_SIGNAL, Case, CaseRecord, GroupSpec
 from harness.kinds import kind_of
 from harness.rank import backends, cpu
 from harness.rank.casework import CaseWork
-
-STACKS_SIGNAL = signal.SIGUSR1  # harness.run.launch sends it to every rank of a hung group
 
 
 class Worker:
@@ -32,7 +30,8 @@ class Worker:
 
     def __init__(self, group: GroupSpec, rank: int, world_size: int):
         self.group, self.rank, self.world_size = group, rank, world_size
-        device = torch.device(f"cuda:{rank % torch.cuda.device_count()}") if torch.cuda.is_available() \
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))  # the device on this node, whatever the node
+        device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}") if torch.cuda.is_available() \
             else torch.device("cpu")
         images = Path(group.images_dir) if group.images_dir else None
         self.work = CaseWork(Path(group.references), images, device)
@@ -161,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         backends.install_dispatch_counters()
         rank, world_size = init_distributed()
         worker = Worker(group, rank, world_size)
-        worker.emit("hello", pid=os.getpid())
+        worker.emit("hello", pid=os.getpid(), node=int(os.environ.get(NODE_ENV, 0)), host=socket.gethostname())
     except Exception as error:
         fatal("startup", error)
         raise

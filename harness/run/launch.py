@@ -1,25 +1,26 @@
 """Plan groups to torchrun launches: one launch per world size, many cases each.
 
-A case that hangs, raises on one rank, or loses a rank costs only itself: the launcher kills the group and
-relaunches it for the cases left. It watches the ranks' event files and their process ids, never a pipe.
+A case that hangs, raises on one rank, or loses a rank or a node costs only itself: the launcher kills the group
+and relaunches it for the cases left. It watches the ranks' event files and their process ids, never a pipe; the
+ranks of another node through that node's agent (harness.run.nodes).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.core.records import Case, CaseRecord, GroupSpec, Outcome
+from harness.run import procs
+from harness.run.launchers import Capacity, Local, node_env
+from harness.run.nodes import SETTLE_S, NodeView, SharedRun
+from harness.run.procs import POLL_S
+from harness.run.stacks import rank_stacks, stuck_where
 
-POLL_S = 0.1
 RANK_ERROR_GRACE_S = 5.0  # a rank's error, then no result: the other ranks are stuck in a collective
 STARTUP_TIMEOUT_S = 180.0  # imports, gloo/NCCL init and rendezvous
 # A hang is a group that stops computing: no rank uses PROGRESS_CPU_S of CPU time in STALL_S. A slow or busy machine
@@ -45,6 +46,9 @@ class _Watch:
     progress: tuple[float, float] | None = None  # (CPU seconds of all ranks, when they last grew by PROGRESS_CPU_S)
     ready_at: float | None = None  # when the first rank said hello: imports, init and rendezvous are done
     fatal: dict[int, dict] = field(default_factory=dict)  # rank -> its failure outside any case (startup, cleanup)
+    nodes: dict[int, int] = field(default_factory=dict)  # rank -> the node it runs on (0: this one)
+    hosts: dict[int, str] = field(default_factory=dict)  # rank -> the host name it reported
+    view: NodeView | None = None  # the other nodes of a launch that spans several
 
     def poll(self) -> list[dict]:
         """New result events from every rank; tracks pids, the case in flight and ranks' errors on the way."""
@@ -66,6 +70,8 @@ class _Watch:
         kind, case_id = event["event"], event.get("case_id")
         if kind == "hello":
             self.pids[event["rank"]] = event["pid"]
+            self.nodes[event["rank"]] = event.get("node", 0)
+            self.hosts[event["rank"]] = event.get("host", "?")
             self.ready_at = self.ready_at or time.monotonic()
         elif kind == "start" and event["rank"] == 0:
             self.current, self.started_at = case_id, time.monotonic()
@@ -83,8 +89,8 @@ class _Watch:
         then stops the others, which must not be blamed; a rank that reported an error and then exited is a
         follower of whoever failed first."""
         now = time.monotonic()
-        for rank, pid in self.pids.items():
-            if rank not in self.dead_since and not _alive(pid):
+        for rank in self.pids:
+            if rank not in self.dead_since and not self._alive(rank):
                 self.dead_since[rank] = now
         reported = self.rank_errors.get(self.current, {})
         return sorted((rank for rank in self.dead_since if rank not in reported),
@@ -92,7 +98,7 @@ class _Watch:
 
     def stalled_for(self) -> float:
         """Seconds since the ranks last made progress (used CPU time); 0 where CPU time cannot be read."""
-        used = [_cpu_seconds(pid) for pid in self.pids.values()]
+        used = [self._cpu(rank) for rank in self.pids]
         now = time.monotonic()
         if not used or None in used:
             self.progress = None
@@ -102,66 +108,27 @@ class _Watch:
             self.progress = (total, now)
         return now - max(self.progress[1], self.started_at)
 
+    def _alive(self, rank: int) -> bool:
+        if not self.nodes.get(rank):
+            return procs.alive(self.pids[rank])
+        seen = self.view.rank(rank) if self.view else None
+        return seen is None or seen["alive"]  # not reported yet: its agent has not found it yet
+
+    def _cpu(self, rank: int) -> float | None:
+        if not self.nodes.get(rank):
+            return procs.cpu_seconds(self.pids[rank])
+        seen = self.view.rank(rank) if self.view else None
+        return seen and seen["cpu"]
+
+    def name(self, rank: int) -> str:
+        """`rank 3`, and on a launch over several nodes `rank 3 (node 1, host)`."""
+        if self.view is None:
+            return f"rank {rank}"
+        return f"rank {rank} (node {self.nodes.get(rank, 0)}, {self.hosts.get(rank, '?')})"
+
     def first_error(self, case_id: str) -> dict | None:
         errors = self.rank_errors.get(case_id, {})
         return min(errors.values(), key=lambda event: event["time"]) if errors else None
-
-
-def _alive(pid: int) -> bool:
-    """True for a running process; a zombie (killed, not yet reaped by torchrun) counts as dead."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            return False
-        return True
-
-
-def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process (Linux /proc); None where it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def launch_command(world_size: int, group_file: Path) -> list[str]:
-    # torchrun checks its ranks every --monitor-interval and then stops the survivors; at its 0.1 s default it can
-    # stop them before the launcher (every POLL_S) has seen which rank died first, and the wrong rank gets blamed.
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
-            "--monitor-interval=1", "-m", "harness.rank.worker", str(group_file)]
-
-
-def worker_env() -> dict[str, str]:
-    env = dict(os.environ)
-    # One thread per rank: ranks share the machine's cores (and torchrun prints a banner when this is unset).
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env.setdefault("DIFFUSERS_VERBOSITY", "error")
-    env["PYTHONWARNINGS"] = "ignore"
-    return env
-
-
-def kill_tree(process: subprocess.Popen) -> None:
-    """torchrun and its ranks share one session: signal them all, then wait, so no orphan survives."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if process.poll() is not None:
-            break
-        try:
-            os.killpg(process.pid, sig)
-            process.wait(timeout=5)
-        except ProcessLookupError:
-            break
-        except subprocess.TimeoutExpired:
-            continue
-    try:
-        os.killpg(process.pid, signal.SIGKILL)  # ranks may outlive a torchrun that already exited
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 @dataclass
@@ -172,8 +139,23 @@ class GroupStats:
     startup_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class Nodes:
+    """Where a run's groups go: the launcher, how many ranks fit, and node 0's side of a multi-node run."""
+
+    launcher: Local = field(default_factory=Local)
+    capacity: Capacity | None = None
+    shared: SharedRun | None = None
+
+    def nodes_for(self, world_size: int) -> int:
+        """How many nodes a group of `world_size` ranks spans (1 on one host; the plan left out what fits none)."""
+        if self.shared is None or self.capacity is None:
+            return 1
+        return self.capacity.nodes_for(world_size) or 1
+
+
 def run_group(cases: list[Case], group: GroupSpec, workdir: Path, case_timeout: float,
-              on_outcome: Callable[[Outcome], None]) -> GroupStats:
+              on_outcome: Callable[[Outcome], None], nodes: Nodes | None = None) -> GroupStats:
     """Run every case of one world size, relaunching after a hang or crash until each has an outcome."""
     remaining, stats = list(cases), GroupStats()
     while remaining:
@@ -181,7 +163,7 @@ def run_group(cases: list[Case], group: GroupSpec, workdir: Path, case_timeout: 
         folder = workdir / f"ws{remaining[0].world_size}-{stats.launches}"
         folder.mkdir(parents=True, exist_ok=True)
         spec = replace(group, workdir=str(folder), cases=remaining)
-        launch = _Launch(spec, folder, case_timeout, on_outcome)
+        launch = _Launch(spec, folder, case_timeout, on_outcome, nodes or Nodes())
         done = launch.run()
         stats.startup_s += launch.startup_s
         remaining = [case for case in remaining if case.case_id not in done]
@@ -191,11 +173,12 @@ def run_group(cases: list[Case], group: GroupSpec, workdir: Path, case_timeout: 
 class _Launch:
     """One torchrun launch over `cases`; stops at the first case it has to give up on."""
 
-    def __init__(self, group: GroupSpec, folder: Path, case_timeout: float, on_outcome):
+    def __init__(self, group: GroupSpec, folder: Path, case_timeout: float, on_outcome, nodes: Nodes | None = None):
         cases = group.cases
         self.by_id = {case.case_id: case for case in cases}
         self.folder, self.case_timeout, self.on_outcome = folder, case_timeout, on_outcome
         self.world_size = cases[0].world_size
+        self.nodes = nodes or Nodes()
         self.watch = _Watch(folder, self.world_size)
         self.stacks: dict[int, str] = {}
         self.done: set[str] = set()
@@ -209,13 +192,22 @@ class _Launch:
             self.startup_s = (self.watch.ready_at or time.monotonic()) - started
 
     def _run(self) -> set[str]:
+        spans = self.nodes.nodes_for(self.world_size)
+        view = self.nodes.shared.request(self.folder, self.world_size, spans) if spans > 1 else None
+        self.watch.view = view
+        rdzv_id = view.rdzv_id if view else ""
+        command = self.nodes.launcher.command(self.world_size, spans, self.folder / "group.json", rdzv_id)
         with open(self.folder / "torchrun.log", "w") as log:
-            process = subprocess.Popen(launch_command(self.world_size, self.folder / "group.json"), stdout=log,
-                                       stderr=subprocess.STDOUT, env=worker_env(), start_new_session=True)
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=node_env(0),
+                                       start_new_session=True)
             try:
                 self._watch(process)
             finally:
-                kill_tree(process)
+                procs.kill_tree(process)
+                procs.kill_ranks([pid for rank, pid in self.watch.pids.items() if not self.watch.nodes.get(rank)],
+                                 self.folder)
+                if view is not None:
+                    view.end()  # every other node stops its share; the next launch finds them free
         return self.done
 
     def _watch(self, process: subprocess.Popen) -> None:
@@ -228,25 +220,42 @@ class _Launch:
                 time.sleep(POLL_S)
                 continue
             time.sleep(POLL_S)
+            problem = self._settled(problem)
             self._deliver(self.watch.poll())  # the last lines written before the problem
             if problem in ("hung", "timeout"):
-                self.stacks = rank_stacks(self.folder, self.watch.pids)
+                self.stacks = rank_stacks(self.folder, self.watch)
             self._blame(problem, process.poll())  # before the kill, which would make every rank look dead
-            kill_tree(process)
+            procs.kill_tree(process)
             return
+
+    def _settled(self, problem: str) -> str:
+        """Over several nodes, a node's failure reaches node 0's ranks (and its torchrun) before that node's status
+        file does: wait for the file before blaming a rank for what its agent did."""
+        view = self.watch.view
+        if view is None or problem in ("hung", "timeout"):
+            return problem
+        time.sleep(SETTLE_S)
+        view.refresh()
+        return "agent_lost" if view.lost_agents() else problem
 
     def _deliver(self, events: list[dict]) -> None:
         dead = self.watch.dead_ranks()
         for event in events:
             if event.get("error") and dead:  # rank 0's "connection closed" is a symptom: name the rank that died
-                event = {**event, "error": f"rank {dead[0]} died during the case; rank 0 saw: {event['error']}",
-                         "error_rank": None}
+                event = {**event, "error": f"{self.watch.name(dead[0])} died during the case; rank 0 saw: "
+                                           f"{event['error']}", "error_rank": None}
             self.done.add(event["case_id"])
             self.on_outcome(Outcome(self.by_id[event["case_id"]], CaseRecord.from_dict(event)))
 
     def _problem(self, process) -> str | None:
         watch = self.watch
         waited = time.monotonic() - watch.started_at
+        if watch.view is not None:
+            watch.view.refresh()
+            if watch.view.lost_agents():
+                return "agent_lost"
+            if watch.view.silent():
+                return "node_silent"
         if watch.dead_ranks():
             return "rank_died"
         if process.poll() is not None:
@@ -273,7 +282,10 @@ class _Launch:
         return Outcome(case, self._record(case_id, problem, returncode, waited))
 
     def _record(self, case_id: str, problem: str, returncode, waited: float) -> CaseRecord:
-        error, dead = self.watch.first_error(case_id), self.watch.dead_ranks()
+        error, dead, name = self.watch.first_error(case_id), self.watch.dead_ranks(), self.watch.name
+        if problem in ("agent_lost", "node_silent"):
+            error, node = self._node_lost(problem)
+            return CaseRecord(case_id, error=error, traceback=_tail(self.folder / f"torchrun-node{node}.log"))
         fatal = min(self.watch.fatal.values(), key=lambda event: event["time"]) if self.watch.fatal else None
         if fatal is not None and (not dead or dead[0] == fatal["rank"] or fatal["stage"] == "startup"):
             # the rank's own traceback (an import, init or cleanup failure), not torchrun's summary of it; a
@@ -282,58 +294,37 @@ class _Launch:
                               error_rank=fatal["rank"], traceback=fatal.get("traceback", ""))
         if dead:  # the others' errors ("connection closed") are symptoms: name the rank that died
             seen = f"; rank {error['rank']} saw: {error['message']}" if error and error["rank"] != dead[0] else ""
-            return CaseRecord(case_id, error=f"rank {dead[0]} died during the case (pid {self.watch.pids[dead[0]]})"
+            return CaseRecord(case_id, error=f"{name(dead[0])} died during the case (pid {self.watch.pids[dead[0]]})"
                                              f"{seen}", traceback=_tail(self.folder / "torchrun.log"))
         if error is not None:
             return CaseRecord(case_id, error=error["message"], error_rank=error["rank"],
                               traceback=error.get("traceback", ""))
-        where, stacks = stuck_where(self.stacks), "\n".join(f"--- rank {rank} ---\n{text}"
-                                                             for rank, text in sorted(self.stacks.items()))
+        where, stacks = stuck_where(self.stacks, name), "\n".join(f"--- {name(rank)} ---\n{text}"
+                                                                   for rank, text in sorted(self.stacks.items()))
         if problem == "timeout":
             return CaseRecord(case_id, error=f"no result after {waited:.0f}s (case timeout){where}", timeout=True,
                               traceback=stacks)
         if problem == "hung":
             return CaseRecord(case_id, error=f"hung: no rank used CPU time for {STALL_S:.0f}s (blocked or asleep), "
                                              f"{waited:.0f}s into the case{where}", timeout=True, traceback=stacks)
-        return CaseRecord(case_id, error=f"worker group ({problem}, exit code {returncode}) before reporting: "
-                                         f"{_tail(self.folder / 'torchrun.log')}")
+        missing = self.watch.view.missing() if self.watch.view else []
+        joined = f"; node(s) {', '.join(map(str, missing))} never joined the launch (is `harness run --node-rank N` " \
+                 "running there, with the same --report-dir on a shared filesystem?)" if missing else ""
+        return CaseRecord(case_id, error=f"worker group ({problem}, exit code {returncode}) before reporting"
+                                         f"{joined}: {_tail(self.folder / 'torchrun.log')}")
 
-
-STACKS_WAIT_S = 10.0  # how long the ranks get to write their stacks (they do it from a signal handler, at once)
-
-
-def rank_stacks(folder: Path, pids: dict[int, int]) -> dict[int, str]:
-    """Every rank's Python stacks, written by faulthandler on SIGUSR1 (harness.rank.worker registers it), read back
-    before the group is killed: where a hung rank is stuck."""
-    paths = {rank: folder / f"rank{rank}.stacks" for rank in pids}
-    sizes = {rank: path.stat().st_size if path.exists() else 0 for rank, path in paths.items()}
-    for pid in pids.values():
-        try:
-            os.kill(pid, signal.SIGUSR1)
-        except (ProcessLookupError, PermissionError):
-            pass
-    deadline = time.monotonic() + STACKS_WAIT_S
-    while time.monotonic() < deadline and not all(
-            path.exists() and path.stat().st_size > sizes[rank] for rank, path in paths.items()):
-        time.sleep(POLL_S)
-    time.sleep(POLL_S)  # the last lines of a dump in progress
-    return {rank: path.read_text(errors="replace")[sizes[rank]:] for rank, path in paths.items() if path.exists()
-            and path.stat().st_size > sizes[rank]}
-
-
-def stuck_where(stacks: dict[int, str]) -> str:
-    """'; stuck: rank 0 in all_gather_object (distributed_c10d.py:3166), rank 1 in ...': the innermost frame of each
-    rank's main thread (faulthandler prints the thread that took the signal first as 'Current thread')."""
-    places = []
-    for rank, text in sorted(stacks.items()):
-        block = text.split("Current thread", 1)[-1] if "Current thread" in text else text
-        frame = next((line.strip() for line in block.splitlines() if line.strip().startswith("File ")), None)
-        if frame is None:
-            continue
-        match = re.match(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)', frame)
-        if match:
-            places.append(f"rank {rank} in {match['func']} ({Path(match['path']).name}:{match['line']})")
-    return f"; stuck: {', '.join(places)}" if places else ""
+    def _node_lost(self, problem: str) -> tuple[str, int]:
+        """A whole node failed: its torchrun agent died while its ranks ran, or its harness agent went silent."""
+        view = self.watch.view
+        node = min(view.lost_agents() or view.silent())
+        ranks = ", ".join(str(rank) for rank, where in sorted(self.watch.nodes.items()) if where == node)
+        on_it = f"; its ranks {ranks} were stopped" if ranks else ""
+        if problem == "agent_lost":
+            code = view.status[node].get("agent_exit")
+            how = f"signal {-code}" if isinstance(code, int) and code < 0 else f"exit code {code}"
+            return f"node {node} ({view.host(node)}): its torchrun agent died ({how}) during the case{on_it}", node
+        return (f"node {node} ({view.host(node)}) stopped reporting for {view.quiet[node]:.0f}s during the case (its "
+                f"harness agent or the node itself is gone){on_it}", node)
 
 
 def _tail(path: Path, lines: int = 6) -> str:

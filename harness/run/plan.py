@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
-import torch
-
 from harness.catalogue.zoo import SPECS, get_spec
 from harness.core import compat
 from harness.core.dtypes import torch_dtype
@@ -16,6 +14,8 @@ from harness.core.records import Case
 from harness.kinds import KINDS, kind_of
 from harness.rank import backends as backend_info
 from harness.rank import faults
+from harness.run import launchers
+from harness.run.launchers import Capacity
 
 
 @dataclass(frozen=True)
@@ -41,17 +41,19 @@ class PlannedCase:
         return self.skip_reason is None and self.plan_error is None
 
 
-def max_ranks(cpu_max_ranks: int) -> int:
-    return torch.cuda.device_count() if torch.cuda.is_available() else cpu_max_ranks
+def max_ranks(cpu_max_ranks: int, nnodes: int = 1, gpus_per_node: int = 0) -> Capacity:
+    """How many ranks fit: on GPUs nodes x devices per node, on CPU `cpu_max_ranks` (harness.run.launchers)."""
+    return launchers.capacity(cpu_max_ranks, nnodes, gpus_per_node)
 
 
-def skip_reason(case: Case, rank_limit: int) -> str | None:
+def skip_reason(case: Case, rank_limit: int | Capacity) -> str | None:
     """Why this case cannot or must not run here, decided before anything launches; None if it runs."""
     spec = get_spec(case.model)
     layout = case.layout
-    if layout.world_size > rank_limit:
-        where = "GPUs" if torch.cuda.is_available() else "ranks allowed on CPU (cpu_max_ranks)"
-        return f"needs {layout.world_size} ranks; this machine has {rank_limit} {where}"
+    limit = max_ranks(rank_limit) if isinstance(rank_limit, int) else rank_limit
+    too_big = limit.skip_reason(layout.world_size)
+    if too_big is not None:
+        return too_big
     missing = compat.model_class_missing(spec.class_name) or compat.layout_missing(layout)
     if missing is not None:  # a class or parallel feature this diffusers release does not have yet
         return missing
@@ -99,7 +101,8 @@ def predicted_refusal(case: Case) -> Refusal | None:
 
 def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_ranks: int = 4,
                fault: str | None = None, kinds=("tensor",), weights_dir=None,
-               check_refusals: bool = False, scopes: dict | None = None) -> list[PlannedCase]:
+               check_refusals: bool = False, scopes: dict | None = None,
+               capacity: Capacity | None = None) -> list[PlannedCase]:
     """Every case, in a stable order; what cannot run here carries its SKIP reason. Image cases exist for the models
     with a tiny pipeline, at the tiny pipeline's own size, or on the local checkpoint `weights_dir`. A kind runs the
     layouts it applies to (data-parallel layouts: train only), on its own models, layouts and shapes where `scopes`
@@ -127,7 +130,7 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
     unknown_kinds = set(kinds) - set(KINDS)
     if unknown_kinds:
         raise HarnessError(f"unknown kind(s) {sorted(unknown_kinds)}; valid kinds: {', '.join(KINDS)}")
-    limit = max_ranks(cpu_max_ranks)
+    limit = capacity or max_ranks(cpu_max_ranks)
     plan = []
     for spec in specs:
         for kind in (name for name in KINDS if name in kinds and spec.name in scopes[name][0]):

@@ -17,11 +17,13 @@ from harness.core.records import GroupSpec, Outcome
 from harness.core.reference import reference_path
 from harness.core.results import CaseResult, Status, write_results
 from harness.kinds import Policy
-from harness.run import matrix
+from harness.run import matrix, shards
 from harness.run.capture import ensure_references
 from harness.run.known_issues import load_known_issues
-from harness.run.launch import GroupStats, group_by_world_size, run_group
-from harness.run.plan import PlannedCase, build_plan, uncovered_rows
+from harness.run.launch import GroupStats, Nodes, group_by_world_size, run_group
+from harness.run.launchers import OWN_OPTIONS, launcher_from
+from harness.run.nodes import WORKDIR, SharedRun
+from harness.run.plan import PlannedCase, build_plan, max_ranks, uncovered_rows
 from harness.run.report import render_html
 from harness.run.report.images import prune_images
 from harness.run.settings import Settings
@@ -40,13 +42,19 @@ class RunSummary:
 def plan_from(settings: Settings, fault: str | None = None) -> list[PlannedCase]:
     plan = build_plan(settings.models, settings.layouts, settings.backends, settings.dtypes, settings.shapes,
                       settings.cpu_max_ranks, fault, settings.kinds, settings.weights, settings.check_refusals,
-                      settings.scopes)
+                      settings.scopes, capacity=_capacity(settings))
     return plan + uncovered_rows()
+
+
+def _capacity(settings: Settings):
+    return max_ranks(settings.cpu_max_ranks, settings.nnodes, settings.gpus_per_node)
 
 
 def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
         echo: Callable[[str], None] = print, capture_missing: bool = True) -> RunSummary:
     started, clock = datetime.datetime.now().isoformat(timespec="seconds"), time.monotonic()
+    shard = shards.select(plan, settings.shard) if settings.shard else None
+    plan = shard.plan if shard else plan
     report_dir = settings.path("report_dir")
     report_dir.mkdir(parents=True, exist_ok=True)
     runnable = [p.case for p in plan if p.runs]
@@ -70,6 +78,8 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     localize_s = time.monotonic() - localizing
     results = [done.get(p.case.case_id) or not_run(p) for p in plan]
     header = _header(settings, versions, results, started, time.monotonic() - clock, stats.launches)
+    if shard is not None:
+        header["shard"] = shard.header
     header["time_breakdown"] = time_breakdown(results, stats.startup_s, header["wall_s"], localize_s)
     header["known_issues_unmatched"] = _unmatched(issues, results)
     if settings.plan == "full" and header["known_issues_unmatched"]:  # the full plan is what the entries are for
@@ -136,11 +146,14 @@ def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo)
 
 def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: dict, done: dict,
                 echo) -> GroupStats:
-    workdir = report_dir / "work"
+    workdir = report_dir / WORKDIR
     shutil.rmtree(workdir, ignore_errors=True)
     total, stats = len(done) + len(cases), GroupStats()  # cases kept by --resume count as done
     group = GroupSpec("", str(settings.path("references")), str(report_dir / "images"), [])
-    with open(report_dir / PARTIAL, "a") as partial:
+    launcher = launcher_from(settings)
+    with open(report_dir / PARTIAL, "a") as partial, _shared(launcher.nnodes, workdir) as shared:
+        nodes = Nodes(launcher, _capacity(settings), shared)
+
         def on_outcome(outcome: Outcome) -> None:
             dtype = outcome.case.dtype
             policy = Policy(settings.tolerance_for(dtype), settings.budget_factor, settings.image_limit(dtype),
@@ -154,12 +167,21 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
             echo(_progress_line(len(done), result, total))
 
         for world_size, members in group_by_world_size(cases).items():
-            echo(f"launching {len(members)} case(s) on {world_size} rank(s)")
+            spans = nodes.nodes_for(world_size)
+            echo(f"launching {len(members)} case(s) on {world_size} rank(s)" + (f" over {spans} nodes" if spans > 1
+                                                                                else ""))
             timeout = settings.case_timeout or _auto_timeout(members, settings.path("references"))
-            ran = run_group(members, group, workdir, timeout, on_outcome)
+            ran = run_group(members, group, workdir, timeout, on_outcome, nodes)
             stats.launches += ran.launches
             stats.startup_s += ran.startup_s
     return stats
+
+
+def _shared(nnodes: int, workdir: Path):
+    """Node 0's side of a run over several nodes (the others follow it through `workdir`); nothing on one host."""
+    import contextlib
+
+    return SharedRun(workdir, nnodes) if nnodes > 1 else contextlib.nullcontext()
 
 
 PHASES = ("reference loading", "model build", "parallel setup", "forward", "proof (profiler)", "baselines",
@@ -223,7 +245,8 @@ def _fingerprint(settings: Settings, versions: dict, metas: dict) -> str:
     versions of this run and the references' checksums."""
     import hashlib
 
-    options = {key: value for key, value in settings.values.items() if key not in ("report_dir", "case_timeout")}
+    where = ("report_dir", "case_timeout", *OWN_OPTIONS, "gpus_per_node")  # where and how it ran, not what it checks
+    options = {key: value for key, value in settings.values.items() if key not in where}
     checksums = {"/".join(key): meta.get("checksum") for key, meta in sorted(metas.items())}
     payload = json.dumps([options, versions["environment"], checksums], sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -101,6 +101,22 @@ class Settings:
          "fp16": {"loss_rel": 1e-3, "grad_rel": 0.15}},
         "Train cases: fp32 limits (loss rel err, each gradient's rel L2 err, weights' max abs err); low precision: "
         "noise floors under the budget of the same dtype.", is_table=True)
+    launcher: str = _option("local", "How ranks start: local (torchrun on this host), torchrun (multi-node c10d "
+                                     "rendezvous; run the same command on every node) or slurm (srun, or an sbatch "
+                                     "script with --slurm-script).", choices=("local", "torchrun", "slurm"))
+    nnodes: int = _option(1, "Nodes a torchrun or slurm launch spans; a world size that divides by it spreads over "
+                             "all of them.")
+    node_rank: int = _option(0, "This node's number under --launcher torchrun: 0 plans, judges and writes reports; "
+                                "1..nnodes-1 only run ranks.")
+    rdzv_endpoint: str = _option("", "HOST:PORT of the c10d rendezvous under --launcher torchrun (node 0's address, "
+                                     "reachable from every node).")
+    gpus_per_node: int = _option(0, "GPUs each node gives the run (0: every GPU torch sees on node 0); with nnodes, "
+                                    "the largest world size on GPUs.")
+    slurm_script: str = _option("", "With --launcher slurm: write this sbatch script instead of running srun.")
+    slurm_options: list[str] = _option([], "Extra srun/sbatch options with --launcher slurm, comma-separated, e.g. "
+                                           "--slurm-options=--partition=gpu,--time=02:00:00.", True)
+    shard: str = _option("", "K/N: run only part K of N of the plan (balanced by predicted cost, each model's "
+                             "world size whole); `harness merge` joins the N reports.")
     root: Path = field(default=Path("."), metadata={"option": False})
 
     @property

@@ -23,6 +23,7 @@ from harness.core.layouts import parse_layout
 from harness.core.results import CaseResult, Status
 from harness.run import runner
 from harness.run.plan import Case, PlannedCase
+from tests.processes import kill_leftovers, workers_naming
 
 pytest_plugins = ["pytester"]
 
@@ -37,33 +38,6 @@ FLUX_2 = ["--models", "flux", "--backends", "native", "--dtypes", "fp32", "--kin
 
 def _case(model: str, layout: str, fault: str | None = None) -> Case:
     return Case(model, parse_layout(layout), "native", "fp32", fault=fault)
-
-
-def _workers_naming(folder: Path, wait_s: float = 60.0) -> list[str]:
-    """torchrun and rank processes still alive whose command line names `folder` (their group file lives there);
-    waits up to `wait_s` for processes that were just killed to go away."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        found = []
-        for entry in Path("/proc").iterdir():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            if str(folder) in cmdline and ("harness.rank.worker" in cmdline or "torch.distributed.run" in cmdline):
-                found.append(f"{entry.name}: {cmdline}")
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.1)
-
-
-def _kill_leftovers(folder: Path) -> None:
-    """A failed test must not leave its processes behind for the next one."""
-    for line in _workers_naming(folder, wait_s=0):
-        try:
-            os.kill(int(line.split(":")[0]), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def _harness(*args, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -97,9 +71,9 @@ def test_a_hang_a_raise_and_a_kill_each_cost_only_their_own_case(project, settin
     try:
         summary = runner.run(settings_for(case_timeout=CASE_TIMEOUT), [PlannedCase(c) for c in FAULT_PLAN],
                              echo=lambda _: None)
-        assert _workers_naming(project) == [], "worker processes outlived `runner.run`"
+        assert workers_naming(project) == [], "worker processes outlived `runner.run`"
     finally:
-        _kill_leftovers(project)
+        kill_leftovers(project)
     results = {result.case_id: result for result in summary.results}
     clean = [case.case_id for case in FAULT_PLAN if case.fault is None]
     assert {cid: results[cid].status for cid in clean} == dict.fromkeys(clean, Status.PASS), \
@@ -157,12 +131,12 @@ def _interrupt(project: Path, process: subprocess.Popen, send) -> tuple[int, str
         sent = time.monotonic()
         send(process)
         out, err = process.communicate(timeout=60)
-        return process.returncode, out, err, time.monotonic() - sent, _workers_naming(project)
+        return process.returncode, out, err, time.monotonic() - sent, workers_naming(project)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
-        _kill_leftovers(project)
+        kill_leftovers(project)
 
 
 @pytest.mark.slow
@@ -202,7 +176,7 @@ def test_ctrl_c_keeps_finished_cases_and_resume_runs_only_the_rest(project, zoo_
     assert final[single]["status"] == "PASS" and final[single]["seconds"] == partial[0]["seconds"]
     assert final[hung]["status"] == "TIMEOUT" and "case timeout" in final[hung]["reason"]
     assert not (project / "reports/results.partial.jsonl").exists()
-    assert _workers_naming(project) == []
+    assert workers_naming(project) == []
 
 
 def test_resume_reruns_a_case_whose_line_a_killed_run_tore(tmp_path):

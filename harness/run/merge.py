@@ -1,0 +1,140 @@
+"""`harness merge DIR...`: the reports of the N parts of a `--shard K/N` run as one run: one results.json, one
+matrix, one HTML page (and `harness report --compare` reads it like any other run).
+
+Every part's results.json carries the whole plan and which part each case belongs to, so a merge can prove that
+every planned case came back exactly once, and name what a missing or unfinished part lacks.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.core.errors import HarnessError
+from harness.core.results import CaseResult
+from harness.run import matrix
+from harness.run.report.idsets import describe
+from harness.run.runner import time_breakdown, write_reports
+from harness.run.shards import digest
+
+
+@dataclass
+class Part:
+    folder: Path
+    header: dict
+    results: list[CaseResult]
+
+    @property
+    def name(self) -> str:
+        return f"part {self.header['shard']['index']}/{self.header['shard']['count']} ({self.folder})"
+
+
+def merge_runs(folders: list[Path], out_dir: Path) -> tuple[list[CaseResult], dict]:
+    """Read every part, check that together they hold each planned case exactly once, and write the merged reports
+    to `out_dir`; nothing is written when a check fails (a HarnessError that names the parts and the cases)."""
+    parts = [_read(Path(folder)) for folder in folders]
+    if Path(out_dir).resolve() in {part.folder.resolve() for part in parts}:
+        raise HarnessError(f"--report-dir {out_dir} is one of the parts; write the merged run to another folder")
+    plan = _check_same_plan(parts)
+    by_id = _check_each_case_once(parts, plan)
+    results = [by_id[case_id] for case_id in plan]
+    header = _header(parts, results)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _copy_images(parts, out_dir / "images")
+    write_reports(out_dir, results, header)
+    return results, header
+
+
+def _read(folder: Path) -> Part:
+    path = folder / "results.json"
+    try:
+        payload = json.loads(path.read_text())
+        results = [CaseResult.from_dict(case) for case in payload["cases"]]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise HarnessError(f"{path}: not a readable results.json ({error}); pass the folders that "
+                           "`harness run --shard K/N` wrote (their --report-dir)") from None
+    if not isinstance(payload.get("header", {}).get("shard"), dict):
+        raise HarnessError(f"{folder}: not a part of a sharded run (its results.json has no shard header); merge the "
+                           "folders that `harness run --shard K/N` wrote")
+    return Part(folder, payload["header"], results)
+
+
+def _check_same_plan(parts: list[Part]) -> list[str]:
+    first = parts[0].header["shard"]
+    seen: dict[int, Part] = {}
+    for part in parts:
+        shard = part.header["shard"]
+        if shard["count"] != first["count"] or shard["plan_digest"] != first["plan_digest"] \
+                or digest(shard["plan"]) != shard["plan_digest"]:
+            raise HarnessError(f"{part.name} was cut from another plan than {parts[0].name}: run every part with the "
+                               "same options, versions and references")
+        if shard["index"] in seen:
+            raise HarnessError(f"part {shard['index']}/{shard['count']} given twice: {seen[shard['index']].folder} "
+                               f"and {part.folder}")
+        seen[shard["index"]] = part
+    return first["plan"]
+
+
+def _check_each_case_once(parts: list[Part], plan: list[str]) -> dict[str, CaseResult]:
+    """Every planned case in exactly one part, and no case the plan does not have."""
+    shard, found, owner, problems = parts[0].header["shard"], {}, {}, []
+    part_of = dict(zip(plan, shard["part"], strict=True))
+    twice = []
+    for part in parts:
+        for result in part.results:
+            if result.case_id in found:
+                twice.append(result.case_id)
+            found[result.case_id], owner[result.case_id] = result, part
+    if twice:
+        problems.append(f"{len(twice)} case(s) come from two parts: {describe(twice)}")
+    foreign = [case_id for case_id in found if case_id not in part_of]
+    if foreign:
+        problems.append(f"{len(foreign)} case(s) that the plan does not have: {describe(foreign)}")
+    given = {part.header["shard"]["index"]: part for part in parts}
+    for index in range(1, shard["count"] + 1):
+        lacking = [case_id for case_id in plan if part_of[case_id] == index and case_id not in found]
+        if not lacking:
+            continue
+        which = f"{given[index].name} lacks" if index in given else \
+            f"part {index}/{shard['count']} is missing (no folder given holds it):"
+        problems.append(f"{which} {len(lacking)} planned case(s): {describe(lacking)}")
+    if problems:
+        raise HarnessError("cannot merge: every planned case must come from exactly one part; " + "; ".join(problems))
+    return found
+
+
+def _header(parts: list[Part], results: list[CaseResult]) -> dict:
+    """The first part's environment and settings, this run's counts, and what each part took: the wall is the
+    longest part's (the parts ran side by side), the time breakdown their sum (machine time)."""
+    first = parts[0].header
+    settings = {**first.get("settings", {}), "shard": ""}
+    wall = max(part.header.get("wall_s", 0.0) for part in parts)
+    breakdowns = [part.header.get("time_breakdown") or {} for part in parts]
+    startups = sum(b.get("launch start-ups", 0.0) for b in breakdowns)
+    unmatched = [set(part.header.get("known_issues_unmatched", [])) for part in parts]
+    header = {key: first[key] for key in ("environment", "reference_environment", "version_mismatch", "tolerances")
+              if key in first}
+    header.update({
+        "counts": matrix.counts(results), "settings": settings,
+        "world_sizes": sorted({result.world_size for result in results}),
+        "started": min(part.header.get("started", "") for part in parts), "wall_s": wall,
+        "launches": sum(part.header.get("launches", 0) for part in parts),
+        "known_issues_unmatched": sorted(set.intersection(*unmatched)) if unmatched else [],
+        "merged_from": [{"folder": str(part.folder), "shard": f"{part.header['shard']['index']}/"
+                         f"{part.header['shard']['count']}", "cases": len(part.results),
+                         "wall_s": part.header.get("wall_s")} for part in parts],
+    })
+    header["time_breakdown"] = time_breakdown(results, startups, sum(p.header.get("wall_s", 0.0) for p in parts))
+    return header
+
+
+def _copy_images(parts: list[Part], images: Path) -> None:
+    """Every part's PNGs beside the merged page (a case's files come from its one part; thumbnails are named after
+    their content, so two parts' copies of one are the same file)."""
+    shutil.rmtree(images, ignore_errors=True)
+    for part in parts:
+        if (part.folder / "images").is_dir():
+            shutil.copytree(part.folder / "images", images, dirs_exist_ok=True)

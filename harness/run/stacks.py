@@ -1,0 +1,46 @@
+"""Hang diagnostics: before a hung group is killed, every rank on every node dumps its Python stacks, and the
+TIMEOUT reason names where each rank is stuck."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.run import procs
+from harness.run.procs import POLL_S
+
+STACKS_WAIT_S = 10.0  # how long the ranks get to write their stacks (they do it from a signal handler, at once)
+
+
+def rank_stacks(folder: Path, watch) -> dict[int, str]:
+    """Every rank's Python stacks, written by faulthandler on SIGUSR1 (harness.rank.worker registers it), read back
+    before the group is killed: where a hung rank is stuck. Another node's agent signals its own ranks."""
+    paths = {rank: folder / f"rank{rank}.stacks" for rank in watch.pids}
+    sizes = {rank: path.stat().st_size if path.exists() else 0 for rank, path in paths.items()}
+    procs.ask_stacks(pid for rank, pid in watch.pids.items() if not watch.nodes.get(rank))
+    if watch.view is not None:
+        watch.view.ask_stacks()
+    deadline = time.monotonic() + STACKS_WAIT_S
+    while time.monotonic() < deadline and not all(
+            path.exists() and path.stat().st_size > sizes[rank] for rank, path in paths.items()):
+        time.sleep(POLL_S)
+    time.sleep(POLL_S)  # the last lines of a dump in progress
+    return {rank: path.read_text(errors="replace")[sizes[rank]:] for rank, path in paths.items() if path.exists()
+            and path.stat().st_size > sizes[rank]}
+
+
+def stuck_where(stacks: dict[int, str], name: Callable[[int], str] = "rank {}".format) -> str:
+    """'; stuck: rank 0 in all_gather_object (distributed_c10d.py:3166), rank 1 in ...': the innermost frame of each
+    rank's main thread (faulthandler prints the thread that took the signal first as 'Current thread')."""
+    places = []
+    for rank, text in sorted(stacks.items()):
+        block = text.split("Current thread", 1)[-1] if "Current thread" in text else text
+        frame = next((line.strip() for line in block.splitlines() if line.strip().startswith("File ")), None)
+        if frame is None:
+            continue
+        match = re.match(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)', frame)
+        if match:
+            places.append(f"{name(rank)} in {match['func']} ({Path(match['path']).name}:{match['line']})")
+    return f"; stuck: {', '.join(places)}" if places else ""

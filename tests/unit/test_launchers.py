@@ -1,0 +1,118 @@
+"""The launchers by the commands they build (there is no Slurm here), the options that choose them, and where a
+world size goes on several nodes."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from harness.cli import _forwarded, _settings, build_parser
+from harness.core.errors import HarnessError
+from harness.run.launchers import Capacity, Local, Torchrun, launcher_from
+from harness.run.settings import load_settings
+
+
+def _launcher(project, **options):
+    return launcher_from(load_settings(options, start=project))
+
+
+def test_local_is_the_default_and_stays_standalone(project):
+    launcher = _launcher(project)
+    assert launcher == Local()
+    command = launcher.command(4, 1, "g.json", "")
+    assert command[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
+                           "--monitor-interval=1", "-m", "harness.rank.worker", "g.json"]
+
+
+def test_torchrun_spreads_a_group_over_the_nodes_by_c10d_rendezvous(project):
+    launcher = _launcher(project, launcher="torchrun", nnodes=2, node_rank=1, rdzv_endpoint="node0:29400")
+    assert launcher == Torchrun(2, 1, "node0:29400")
+    assert launcher.command(4, 2, "g.json", "run-3")[1:] == [
+        "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
+        "--rdzv-endpoint=node0:29400", "--rdzv-id=run-3", "--max-restarts=0", "--monitor-interval=1",
+        "-m", "harness.rank.worker", "g.json"]
+    assert "--standalone" in launcher.command(1, 1, "g.json", "")  # a group on node 0 alone
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"launcher": "torchrun", "nnodes": 2}, "option rdzv_endpoint: --launcher torchrun with --nnodes 2 needs"),
+    ({"launcher": "torchrun", "nnodes": 2, "rdzv_endpoint": "node0"}, "option rdzv_endpoint: 'node0' is not HOST:PORT"),
+    ({"launcher": "torchrun", "nnodes": 2, "node_rank": 2, "rdzv_endpoint": "h:1"},
+     "option node_rank: 2 is not a node"),
+    ({"nnodes": 2}, "option launcher: --nnodes 2 --node-rank 0 need --launcher torchrun"),
+    ({"nnodes": 0}, "option nnodes: 0 is not a node count"),
+    ({"slurm_script": "job.sh"}, "options slurm_script / slurm_options need --launcher slurm"),
+    ({"launcher": "mpi"}, "option launcher: 'mpi' is not one of local, torchrun, slurm"),
+])
+def test_a_combination_that_cannot_work_names_the_option(project, options, message):
+    with pytest.raises(HarnessError, match=message.replace("(", r"\(")):
+        _launcher(project, **options)
+
+
+def test_a_world_size_spans_every_node_when_it_divides_else_node_0_else_skip():
+    gpus = Capacity(8, 2, "GPUs each")  # 2 nodes x 8 GPUs
+    assert [gpus.nodes_for(size) for size in (1, 2, 4, 8, 16, 3, 32)] == [1, 2, 2, 2, 2, 1, None]
+    assert gpus.skip_reason(16) is None
+    assert gpus.skip_reason(32) == ("needs 32 ranks; 2 nodes x 8 GPUs each take a world size that fits one node or "
+                                    "divides evenly over the nodes")
+    assert gpus.skip_reason(9) is not None  # odd, and more than one node holds
+    cpu = Capacity(4, 2, total=4)  # on CPU cpu_max_ranks bounds the whole run, nodes or not
+    assert [cpu.nodes_for(size) for size in (1, 2, 4, 8)] == [1, 2, 2, None]
+    assert cpu.skip_reason(8) == "needs 8 ranks; this machine has 4 ranks allowed on CPU (cpu_max_ranks)"
+
+
+SLURM = ["--launcher", "slurm", "--nnodes", "2", "--gpus-per-node", "8",
+         "--slurm-options=--partition=gpu,--time=02:00:00"]
+WHAT = ["--models", "flux", "--layouts", "tp8,tp16", "--weights", "/ckpt/flux dev", "--no-check-refusals"]
+
+
+def _slurm(project, argv):
+    args = build_parser().parse_args(["run", *argv])
+    return launcher_from(_settings(args)), _forwarded(args)
+
+
+def test_slurm_runs_the_same_harness_run_on_every_node_through_srun(project):
+    launcher, forwarded = _slurm(project, [*SLURM, *WHAT])
+    # what to check and how many GPUs a node gives, less how to start (the order is settings.py's)
+    assert forwarded == ["--models=flux", "--weights=/ckpt/flux dev", "--layouts=tp8,tp16", "--no-check-refusals",
+                         "--gpus-per-node=8"]
+    command = launcher.hand_off(forwarded)
+    assert command[:7] == ["srun", "--nodes=2", "--ntasks-per-node=1", "--gpus-per-node=8", "--partition=gpu",
+                           "--time=02:00:00", "--kill-on-bad-exit=1"]
+    assert command[7:9] == ["bash", "-c"]
+    per_node = command[9]
+    head, run = per_node.split("; exec ")
+    assert head == 'HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)'
+    assert shlex.split(run)[1:] == ["-m", "harness", "run", *forwarded, "--launcher", "torchrun", "--nnodes", "2",
+                                    "--node-rank", "$SLURM_NODEID", "--rdzv-endpoint", "$HEAD:29500"]
+    assert '"$SLURM_NODEID"' in run and '"$HEAD:29500"' in run  # expanded by each task's shell, not here
+
+
+def test_slurm_script_is_an_sbatch_file_with_the_same_srun(project):
+    done = subprocess.run([sys.executable, "-m", "harness", "run", *SLURM, *WHAT, "--slurm-script", "job.sh"],
+                          cwd=project, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"wrote {project / 'job.sh'}; submit it with: sbatch {project / 'job.sh'}"
+    script = (project / "job.sh").read_text().splitlines()
+    assert script[0] == "#!/bin/bash"
+    assert [line for line in script if line.startswith("#SBATCH")] == [
+        "#SBATCH --job-name=harness", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
+        "#SBATCH --partition=gpu", "#SBATCH --time=02:00:00"]
+    assert f"cd {project}" in script
+    srun = shlex.split(script[-1])
+    assert srun[:4] == ["srun", "--kill-on-bad-exit=1", "bash", "-c"]
+    launcher, forwarded = _slurm(project, [*SLURM, *WHAT])
+    assert srun[4] == launcher.hand_off(forwarded)[-1]  # the per-node command, as srun runs it directly
+    assert not (project / "reports").exists()  # nothing ran here
+
+
+def test_slurm_without_srun_says_what_to_do(project, monkeypatch):
+    monkeypatch.setenv("PATH", str(project))
+    done = subprocess.run([sys.executable, "-m", "harness", "run", *SLURM], cwd=project, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2
+    assert "harness: error: option launcher: srun not found here; run on a Slurm login or compute node, or write " \
+           "an sbatch script with --slurm-script FILE" in done.stderr
