@@ -211,8 +211,7 @@ def wrap_data_parallel(module, mesh, engine: str):
         return fully_shard(module, mesh=mesh["dp"])
     from torch.nn.parallel import DistributedDataParallel
 
-    return DistributedDataParallel(module, process_group=mesh["dp"].get_group(), broadcast_buffers=False,
-                                   find_unused_parameters=True)
+    return DistributedDataParallel(module, process_group=mesh["dp"].get_group())
 
 
 class Trainer:
