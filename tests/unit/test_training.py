@@ -143,3 +143,51 @@ def test_the_train_kind_has_its_own_models_and_layouts_until_the_user_names_them
     assert "dp2" not in quick.kind_scope("tensor")[1]
     assert load_settings({"models": "wan"}, start=project).kind_scope("train")[0] == ["wan"]
     assert load_settings({"layouts": "tp2"}, start=project).kind_scope("train")[1] == ["tp2"]
+
+
+DDP_SCRIPT = """
+import json, sys, torch, torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from harness.core import determinism
+from harness.core.layouts import parse_layout
+from harness.core.reference import read_reference
+from harness.catalogue.zoo import get_spec
+from harness.kinds.train import _batch, _expected
+from harness.rank import training
+from harness.rank.compare import training_errors
+determinism.quiet_diffusers(); determinism.strict_fp32()
+dist.init_process_group("gloo")
+reference = read_reference(sys.argv[1])
+spec = get_spec("flux")
+model = spec.model_class()(**reference.meta["config"]); model.load_state_dict(reference.weights)
+mesh = init_device_mesh("cpu", (2,), mesh_dim_names=("dp",))
+groups = training.Groups.of(parse_layout("dp2"), mesh)
+wrapped = training.wrap_data_parallel(model, mesh, sys.argv[2])
+part = _batch(reference).part(dist.get_rank(), 2).to(torch.device("cpu"))
+ran = training.Trainer(wrapped, model, part, 3, spec, None, torch.device("cpu"), groups).run()
+if dist.get_rank() == 0:
+    errors = training_errors(ran, *_expected(reference))
+    worst = max(value["rel_l2"] for value in errors["param_errors"].values())
+    print(json.dumps({"loss": errors["loss_rel_err"], "grad": worst, "weights": errors["weight_max_abs_err"]}))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["ddp", "fsdp2"])
+def test_both_data_parallel_engines_train_like_one_device(tmp_path, engine):
+    """DDP is the engine where FSDP2 does not run: both, on two real ranks, give the reference's training."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path, _ = kind_of("train").capture("flux", "default", tmp_path, steps=3)
+    script = tmp_path / "dp.py"
+    script.write_text(DDP_SCRIPT)
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(script), str(path), engine], capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["loss"] < 1e-6 and figures["grad"] < 1e-5 and figures["weights"] < 1e-4, figures
