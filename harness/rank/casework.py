@@ -103,14 +103,15 @@ class CaseWork:
             if built.parallelize is not None:
                 built.parallelize(mesh)
             packed = training.packed_parameters(built.module, case.layout.tp) if case.layout.tp > 1 else {}
-            records, grads = self._trace(built, 1.0 / case.layout.dp)
+            records, grads, untraced = self._trace(built, 1.0 / case.layout.dp)
         backends.reset_active_backend()
         gathered = localize.gather_records(records, world_size)
         gathered_grads = localize.gather_records(grads, world_size) if grads is not None else None
         if rank != 0:
             return None
-        single, single_grads = self._single_trace(case, "fp32", reference)
-        own, own_grads = self._single_trace(case, case.dtype, reference) if case.dtype != "fp32" else (None, None)
+        single, single_grads, _ = self._single_trace(case, "fp32", reference)
+        own, own_grads, _ = self._single_trace(case, case.dtype, reference) if case.dtype != "fp32" \
+            else (None, None, None)
         outputs, inputs = ({name[:-len(".weight")]: (blocks, degree) for name, (dim, blocks, degree) in packed.items()
                             if name.endswith(".weight") and dim == side} for side in (0, 1))
         lengths = kind.split_lengths(case) if case.layout.is_context_parallel else None
@@ -121,15 +122,23 @@ class CaseWork:
                                                   gradients=True)
             if found["line"] is None and found["backward"]["line"] is not None:
                 found["line"] = f"backward: {found['backward']['line']}"
+        if untraced is not None:
+            found["backward_untraced"] = untraced
         return found
 
     @staticmethod
-    def _trace(built, scale: float) -> tuple[list, list | None]:
+    def _trace(built, scale: float) -> tuple[list, list | None, str | None]:
+        """The forward records, the backward's (train), and why the backward could not be traced (every rank
+        fails alike: full backward hooks around some tensor-parallel models' DTensors)."""
         if built.loss is not None:
-            return localize.trace_backward(built.module, built.loss, scale)
-        return localize.trace(built.module, built.forward or built.run), None
+            try:
+                return (*localize.trace_backward(built.module, built.loss, scale), None)
+            except Exception as error:  # noqa: BLE001 - said in the localization, the forward still traced
+                untraced = f"backward not traced: {backends.first_line(error)}"
+                return localize.trace(built.module, built.forward or built.run), None, untraced
+        return localize.trace(built.module, built.forward or built.run), None, None
 
-    def _single_trace(self, case: Case, dtype: str, reference) -> tuple[list, list | None]:
+    def _single_trace(self, case: Case, dtype: str, reference) -> tuple[list, list | None, str | None]:
         from harness.core.layouts import Layout
         backend = case.backend if case.layout.world_size > 1 else "native"
         single = replace(case, layout=Layout("single"), backend=backend, dtype=dtype, fault=None)

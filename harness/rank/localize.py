@@ -54,10 +54,11 @@ def trace_backward(module, loss: Callable[[], torch.Tensor], scale: float = 1.0)
     finishes: what a module's backward hands on is its "output" here, what it receives its "input", so the first
     module whose backward diverges is found as in the forward. `scale` brings a data-parallel rank's gradients, of
     its own batch's mean, to the whole batch's."""
+    distributed = _dtensor_modules(module, loss)  # full backward hooks cannot wrap DTensors: those are left out
     records, handles = _forward_hooks(module)
     grads, calls = [], Counter()
     for name, submodule in module.named_modules():
-        if not name:
+        if not name or name in distributed:
             continue
 
         def hook(_module, grad_input, grad_output, name=name):
@@ -75,6 +76,30 @@ def trace_backward(module, loss: Callable[[], torch.Tensor], scale: float = 1.0)
         for handle in handles:
             handle.remove()
     return records, grads
+
+
+def _dtensor_modules(module, run: Callable[[], object]) -> set[str]:
+    """The modules that take or return a DTensor (tensor-parallel layers and what wraps their DTensor outputs), found
+    by one forward."""
+    found, handles = set(), []
+
+    def is_dtensor(value) -> bool:
+        if isinstance(value, (tuple, list)):
+            return any(is_dtensor(item) for item in value)
+        return hasattr(value, "full_tensor")
+
+    for name, submodule in module.named_modules():
+        if name:
+            handles.append(submodule.register_forward_hook(
+                lambda _m, args, kwargs, output, name=name: found.add(name)
+                if is_dtensor(list(args) + list(kwargs.values())) or is_dtensor(output) else None, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found
 
 
 def _forward_hooks(module) -> tuple[list, list]:
@@ -134,6 +159,8 @@ def assemble(pieces: list[torch.Tensor], expected: torch.Size, packed: tuple | N
         return [(None, f"cannot gather: pieces {[tuple(p.shape) for p in pieces]} for {tuple(expected)}")]
     dim = dims[0]
     whole = torch.cat(pieces, dim)
+    if len({piece.shape[dim] for piece in pieces}) > 1:  # uneven (the *any layouts): one stream, in rank order
+        streams = ()
     if packed is not None and dim == len(expected) - 1:
         from harness.rank.training import unpack
 
@@ -147,11 +174,15 @@ def assemble(pieces: list[torch.Tensor], expected: torch.Size, packed: tuple | N
 
 
 def _orders(streams: tuple[int, ...], total: int, degree: int) -> list[tuple[int, ...]]:
+    """The stream lengths a joint sequence may be made of: the case's own split lengths in either order, else (a
+    pipeline's lengths are its own) every even split into two streams."""
     from itertools import permutations
 
-    if len(streams) < 2 or sum(streams) != total or any(length % degree for length in streams):
+    if len(streams) >= 2 and sum(streams) == total and not any(length % degree for length in streams):
+        return list(dict.fromkeys(permutations(streams)))
+    if total % degree:
         return []
-    return list(dict.fromkeys(permutations(streams)))
+    return [(degree * k, total - degree * k) for k in range(1, total // degree)]
 
 
 def relative_error(candidate: torch.Tensor, expected: torch.Tensor) -> float:

@@ -137,6 +137,8 @@ def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo)
             found = record.metrics["localization"]
             result.extra["localization"] = found
             result.first_divergence = found["line"] or "none: every module within its limit"
+            if found.get("backward_untraced"):
+                result.first_divergence += f" ({found['backward_untraced']})"
         echo(f"  {result.case_id}: {result.first_divergence}")
 
     for world_size, members in group_by_world_size(replace(case, localize=True) for case in cases).items():
