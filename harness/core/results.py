@@ -58,6 +58,7 @@ class CaseResult:
     psnr: float | None = None
     dispatched: str = ""
     kernels: str = ""
+    comms: str = ""  # the collectives of the proof run (harness.rank.comms_check.totals); "" on one rank
     reason: str = ""
     seconds: float | None = None
     peak_mem_mb: float | None = None

@@ -15,7 +15,7 @@ import torch
 from harness.core.records import Case
 from harness.core.reference import Reference, read_reference, reference_path
 from harness.kinds import kind_of
-from harness.rank import backends, faults, kernels
+from harness.rank import backends, comms, comms_check, faults, kernels
 
 
 class CaseWork:
@@ -74,17 +74,27 @@ class CaseWork:
             forward_s, seconds = time.perf_counter() - forward_started, time.perf_counter() - started
             self.phases["forward"] += forward_s
             dispatched, functions = backends.dispatches(), backends.functions_run()
-            # A second, profiled run proves the kernels; it stays out of the timings above. (Profiling the case's
-            # own run costs as much here, and crashed torch's CPU profiler in ring layouts on 4 ranks twice.)
             with self.phase("proof (profiler)"):
-                executed = kernels.profile_kernels(built.run, scope=built.profile_scope)
+                executed, proof = self._prove(case, built)
         placements = None
         if hasattr(output, "full_tensor"):  # materialised to compare, and reported: diffusers returns plain tensors
             placements = str(tuple(output.placements))
             output = output.full_tensor()
         return output, {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched, "kernels": executed,
                         "output_placements": placements, "functions": functions,
-                        "expected_function": backends.DEFINED.get(case.backend)}
+                        "expected_function": backends.DEFINED.get(case.backend), **proof}
+
+    @staticmethod
+    def _prove(case: Case, built) -> tuple[dict[str, int], dict]:
+        """A second run, out of the timings, proves the kernels (profiler) and, with more than one rank, the
+        collectives against the layout's prediction. (Profiling the case's own run costs as much here, and crashed
+        torch's CPU profiler in ring layouts on 4 ranks twice.)"""
+        if case.layout.world_size == 1:
+            return kernels.profile_kernels(built.run, scope=built.profile_scope), {}
+        with comms.CommsRecorder(built.module) as recorder:
+            executed = kernels.profile_kernels(built.run, scope=built.profile_scope)
+        expected = comms_check.predict(built.module, case.layout, built.cp_plan, recorder.calls)
+        return executed, {"comms": recorder.recorded(), "comms_expected": [item.to_dict() for item in expected]}
 
     @staticmethod
     def as_tensor(output) -> torch.Tensor:

@@ -15,7 +15,7 @@ LAYERS = [
     ("harness", "harness.core"),
     ("harness.catalogue",),
     ("harness.rank.backends", "harness.rank.kernels", "harness.rank.compare", "harness.rank.image_metrics",
-     "harness.rank.cpu", "harness.rank.faults"),
+     "harness.rank.cpu", "harness.rank.faults", "harness.rank.comms", "harness.rank.comms_check"),
     ("harness.kinds",),
     ("harness.rank", "harness.run"),
     ("harness.cli", "harness.plugin", "harness.__main__"),
