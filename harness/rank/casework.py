@@ -93,7 +93,7 @@ class CaseWork:
             return kernels.profile_kernels(built.run, scope=built.profile_scope), {}
         with comms.CommsRecorder(built.module) as recorder:
             executed = kernels.profile_kernels(built.run, scope=built.profile_scope)
-        expected = comms_check.predict(built.module, case.layout, built.cp_plan, recorder.calls)
+        expected = comms_check.predict(built.module, case.layout, built.cp_plan, recorder)
         return executed, {"comms": recorder.recorded(), "comms_expected": [item.to_dict() for item in expected]}
 
     @staticmethod

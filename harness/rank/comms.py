@@ -11,6 +11,8 @@ module's own hooks closes it, so a row-wise layer's all-reduce is its own); one 
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections import defaultdict
 
 import torch
@@ -80,14 +82,26 @@ def _is_dtensor(cls) -> bool:
     return issubclass(cls, DTensor)
 
 
+CONTEXT = "encoder_hidden_states"  # what a cross-attention attends to; its keys and values may be whole on each rank
+
+
+@functools.cache
+def _context_position(cls: type) -> int | None:
+    """Where `forward` of `cls` takes CONTEXT positionally (Wan calls `attn2(x, context, None, None)`), if at all."""
+    names = list(inspect.signature(cls.forward).parameters)[1:]
+    return names.index(CONTEXT) if CONTEXT in names else None
+
+
 class CommsRecorder:
-    """`with CommsRecorder(model) as comms: run()`; then `comms.table` (module -> collective -> [count, bytes]) and
-    `comms.calls` (module -> forward calls), the calls being what a prediction is scaled by."""
+    """`with CommsRecorder(model) as comms: run()`; then `comms.table` (module -> collective -> [count, bytes]),
+    `comms.calls` (module -> forward calls) and `comms.context_calls` (those given a CONTEXT tensor): what a
+    prediction is scaled by."""
 
     def __init__(self, root: torch.nn.Module):
         self.root = root
         self.table: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
         self.calls: dict[str, int] = defaultdict(int)
+        self.context_calls: dict[str, int] = defaultdict(int)
         self._stack: list[str] = []
         self._handles: list = []
         self._mode = _Mode(self)
@@ -101,7 +115,8 @@ class CommsRecorder:
 
     def __enter__(self) -> CommsRecorder:
         for name, module in self.root.named_modules():
-            self._handles += [module.register_forward_pre_hook(self._enter(name), prepend=True),
+            self._handles += [module.register_forward_pre_hook(self._enter(name, module), prepend=True,
+                                                               with_kwargs=True),
                               module.register_forward_hook(self._leave, always_call=True)]
         self._mode.__enter__()
         return self
@@ -112,10 +127,15 @@ class CommsRecorder:
             handle.remove()
         self._handles.clear()
 
-    def _enter(self, name: str):
-        def hook(*_):
+    def _enter(self, name: str, module: torch.nn.Module):
+        position = _context_position(type(module))
+
+        def hook(_, args, kwargs):
             self.calls[name] += 1
             self._stack.append(name)
+            if position is not None:
+                context = kwargs.get(CONTEXT, args[position] if position < len(args) else None)
+                self.context_calls[name] += isinstance(context, torch.Tensor)
 
         return hook
 

@@ -2,8 +2,10 @@
 
 Derived from the layout, the model's module tree and its plans, never from the run it judges:
 - context parallelism: `enable_parallelism` hands every attention module's processor the CP config, so every call
-  of an attention module exchanges data: Ulysses (degree > 1) all-to-alls its q, k, v and output (4 per call), the
-  ring (degree > 1) all-gathers the K/V buffer that serves all its steps (1 per call); ring x Ulysses does both;
+  of an attention module over split keys exchanges data: Ulysses (degree > 1) all-to-alls its q, k, v and output
+  (4 per call), the ring (degree > 1) all-gathers the K/V buffer that serves all its steps (1 per call); ring x
+  Ulysses does both. A cross-attention call (given `encoder_hidden_states`) when the plan splits no input of that
+  name attends to keys whole on every rank and needs no exchange (Wan's processors pass it no CP config);
 - every gather point of the `_cp_plan` (a `ContextParallelOutput`): one all-gather per gathered output per call;
 - tensor parallelism: every row-wise layer of the `_tp_plan` all-reduces its partial sums (1 per call).
 These are minimums: a module may communicate more (an attention mask all-gathered under Ulysses, the sizes exchanged
@@ -16,6 +18,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass
+
+from harness.rank.comms import CONTEXT
 
 ULYSSES_PER_CALL = 4  # q, k, v before the attention, its output after
 
@@ -59,12 +63,14 @@ def _is_rowwise(style) -> bool:
     return style == "rowwise" or type(style).__name__ == "PackedRowwiseParallel"
 
 
-def predict(model, layout, cp_plan: dict | None, calls: dict[str, int]) -> list[Expectation]:
-    """What `layout` must make each called module of `model` communicate (`calls`: forward calls per module)."""
-    expected = []
+def predict(model, layout, cp_plan: dict | None, recorder) -> list[Expectation]:
+    """What `layout` must make each called module of `model` communicate (`recorder`: its calls per module)."""
+    expected, calls = [], recorder.calls
     if layout.is_context_parallel:
-        expected += _attention(model, layout, calls)
         plan = cp_plan if cp_plan is not None else getattr(model, "_cp_plan", None) or {}
+        split = {name for value in plan.values() if isinstance(value, dict) for name in value}
+        whole_context = {} if CONTEXT in split else recorder.context_calls
+        expected += _attention(model, layout, {name: n - whole_context.get(name, 0) for name, n in calls.items()})
         for key, value in plan.items():
             per_call = _gathered_outputs(value)
             for name in _matches(key, calls) if per_call else []:
@@ -79,16 +85,18 @@ def predict(model, layout, cp_plan: dict | None, calls: dict[str, int]) -> list[
 
 
 def _attention(model, layout, calls: dict[str, int]) -> list[Expectation]:
+    """`calls`: each module's calls over split keys."""
     classes, expected = attention_classes(), []
     for name, module in model.named_modules():
-        if not isinstance(module, classes) or not calls.get(name):
+        if not isinstance(module, classes) or calls.get(name, 0) <= 0:
             continue
         n = calls[name]
         if layout.ulysses > 1:
             expected.append(Expectation(name, "all_to_all", ULYSSES_PER_CALL * n,
-                                        f"{n} attention call(s) under Ulysses: q, k, v and output"))
+                                        f"{n} attention call(s) over split keys, Ulysses: q, k, v and output"))
         if layout.ring > 1:
-            expected.append(Expectation(name, "all_gather", n, f"{n} attention call(s) under ring: the K/V exchange"))
+            expected.append(Expectation(name, "all_gather", n,
+                                        f"{n} attention call(s) over split keys, ring: the K/V exchange"))
     return expected
 
 
