@@ -64,6 +64,12 @@ class _Mode(TorchDispatchMode):
         super().__init__()
         self.recorder = recorder
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Step aside while torch.compile traces (flex attention compiles its kernel wrapper, and Dynamo refuses to
+        trace under a user dispatch mode); a collective inside a compiled graph is then not seen op by op."""
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if isinstance(func, torch._ops.HigherOrderOperator):
