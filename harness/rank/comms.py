@@ -34,8 +34,9 @@ COLLECTIVES = {
 }
 
 
+@functools.cache
 def collective_of(func) -> str | None:
-    """The collective an op performs, or None for every other op (`wait_tensor` included)."""
+    """The collective an op performs, or None for every other op (`wait_tensor` included). Cached: asked per op."""
     namespace, _, name = func._schema.name.partition("::")
     return COLLECTIVES.get(name) if namespace in NAMESPACES else None
 
@@ -74,7 +75,7 @@ class _Mode(TorchDispatchMode):
         kwargs = kwargs or {}
         if isinstance(func, torch._ops.HigherOrderOperator):
             return func(*args, **kwargs)
-        if any(_is_dtensor(t) for t in types):
+        if any(t is not torch.Tensor and _is_dtensor(t) for t in types):
             return NotImplemented  # DTensor desugars into plain ops (its collectives among them) that come back here
         collective = collective_of(func)
         if collective is not None:
@@ -82,6 +83,7 @@ class _Mode(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+@functools.cache
 def _is_dtensor(cls) -> bool:
     from torch.distributed.tensor import DTensor
 
