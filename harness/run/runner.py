@@ -124,8 +124,8 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
     return stats
 
 
-PHASES = ("reference loading", "model build", "parallel setup", "forward", "proof (profiler)", "baselines",
-          "metrics and images", "gathers")
+PHASES = ("reference loading", "model build", "parallel setup", "forward", "proof (profiler)", "proof (comms)",
+          "baselines", "metrics and images", "gathers")
 
 
 def time_breakdown(results: list[CaseResult], startup_s: float, wall_s: float) -> dict:
