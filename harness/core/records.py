@@ -98,6 +98,8 @@ class CaseRecord:
     kernels: dict[str, int] | None = None  # None: not profiled
     functions: dict[str, int] = field(default_factory=dict)  # module.qualname of each backend function that ran
     expected_function: str | None = None  # what diffusers registered for the requested backend
+    comms: dict[str, dict[str, list[int]]] | None = None  # module -> collective -> [count, bytes] (None: 1 rank)
+    comms_expected: list[dict] = field(default_factory=list)  # the layout's minimums (harness.rank.comms_check)
     output_placements: str | None = None  # the output was a DTensor with these placements (diffusers returns plain)
     rank_max_diff: list[float | None] = field(default_factory=list)  # each rank's output vs rank 0's (None: shape)
     phases: dict[str, float] = field(default_factory=dict)  # rank 0's seconds per phase of the case

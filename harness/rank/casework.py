@@ -15,7 +15,7 @@ import torch
 from harness.core.records import Case
 from harness.core.reference import Reference, read_reference, reference_path
 from harness.kinds import kind_of
-from harness.rank import backends, faults, kernels, localize, training
+from harness.rank import backends, comms, comms_check, faults, kernels, localize, training
 
 
 class CaseWork:
@@ -81,13 +81,25 @@ class CaseWork:
             # own run costs as much here, and crashed torch's CPU profiler in ring layouts on 4 ranks twice.)
             with self.phase("proof (profiler)"):
                 executed = kernels.profile_kernels(built.proof or built.run, scope=built.profile_scope)
+            with self.phase("proof (comms)"):
+                proof = self._prove_comms(case, built) if case.layout.world_size > 1 else {}
         placements = None
         if hasattr(output, "full_tensor"):  # materialised to compare, and reported: diffusers returns plain tensors
             placements = str(tuple(output.placements))
             output = output.full_tensor()
         return output, {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched, "kernels": executed,
                         "output_placements": placements, "functions": functions,
-                        "expected_function": backends.DEFINED.get(case.backend)}
+                        "expected_function": backends.DEFINED.get(case.backend), **proof}
+
+    @staticmethod
+    def _prove_comms(case: Case, built) -> dict:
+        """A third run records the collectives, for the check against the layout's prediction. Its own run, not the
+        profiled one: the profiler records each op twice under the recorder's dispatch mode, which slowed the proof
+        runs of the tiny pipelines by 4 to 12 times what this extra run costs (README, proof of communication)."""
+        with comms.CommsRecorder(built.module) as recorder:
+            (built.proof or built.run)()
+        expected = comms_check.predict(built.module, case.layout, built.cp_plan, recorder)
+        return {"comms": recorder.recorded(), "comms_expected": [item.to_dict() for item in expected]}
 
     def localize(self, case: Case, rank: int, world_size: int) -> dict | None:
         """Where the case breaks (rank 0; None elsewhere): every module's output under the layout against the same

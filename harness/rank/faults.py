@@ -12,6 +12,9 @@ import torch
 FAULTS = {
     "cp_local_attention": "context parallel: each rank attends only to its own chunk (the classic two half-images bug)",
     "tp_skip_allreduce": "tensor parallel: row-wise layers return their partial sums without the all-reduce",
+    "cp_attention_left_out": "context parallel: one attention module is left out of the parallel plan (its processor"
+                             " never gets the CP config), so it attends to its own chunk and never communicates",
+    "ring_skips_exchange": "context parallel: the ring never exchanges K/V; every step reuses the rank's own",
     "redirect_dispatch": "backends: `_native_math` and `native` are silently served by each other",
     "math_runs_flash": "backends: `_native_math` is dispatched but the flash kernel executes",
     "redirect_same_kernel": "backends: the `_native_flash` entry holds `native`'s function, counted as `_native_flash`"
@@ -205,6 +208,60 @@ def _tp_skip_allreduce():
         yield
     finally:
         RowwiseParallel._prepare_output_fn = original
+
+
+@contextlib.contextmanager
+def _cp_attention_left_out():
+    # `enable_parallelism` hands every attention processor the CP config; here the first attention module keeps a
+    # processor without it, as a module the plan forgot would: its attention runs locally on the rank's chunk.
+    import copy
+
+    from diffusers import ModelMixin
+
+    from harness.rank.comms_check import attention_classes
+
+    original = ModelMixin.enable_parallelism
+
+    def enable_parallelism(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        module = next(m for m in self.modules() if isinstance(m, attention_classes()))
+        module.processor = copy.copy(module.processor)
+        module.processor._parallel_config = None
+
+    ModelMixin.enable_parallelism = enable_parallelism
+    try:
+        yield
+    finally:
+        ModelMixin.enable_parallelism = original
+
+
+class _NoKVExchange:
+    """diffusers' `funcol` as the attention dispatcher sees it, except that an all-gather (the ring's K/V exchange)
+    returns the rank's own buffer once per ring rank."""
+
+    def __init__(self, funcol):
+        self._funcol = funcol
+
+    def __getattr__(self, name):
+        return getattr(self._funcol, name)
+
+    @staticmethod
+    def all_gather_tensor(tensor, gather_dim, group):
+        import torch.distributed as dist
+
+        return torch.cat([tensor] * dist.get_world_size(group), dim=gather_dim)
+
+
+@contextlib.contextmanager
+def _ring_skips_exchange():
+    from diffusers.models import attention_dispatch as dispatch
+
+    original = dispatch.funcol
+    dispatch.funcol = _NoKVExchange(original)
+    try:
+        yield
+    finally:
+        dispatch.funcol = original
 
 
 @contextlib.contextmanager

@@ -123,7 +123,8 @@ class Worker:
                           seconds_per_rank=[g["seconds"] and round(g["seconds"], 4) for g in gathered],
                           dispatched=info["dispatched"], kernels=info["kernels"],
                           output_placements=info["output_placements"], functions=info["functions"],
-                          expected_function=info["expected_function"], metrics=metrics)
+                          expected_function=info["expected_function"], comms=info.get("comms"),
+                          comms_expected=info.get("comms_expected", []), metrics=metrics)
 
     def report(self, record: CaseRecord) -> None:
         self.emit("result", **record.to_dict())

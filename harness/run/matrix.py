@@ -20,7 +20,7 @@ from harness.run.report.idsets import describe
 CSV_COLUMNS = ["case_id", "model", "shape", "kind", "layout", "world_size", "backend", "dtype", "status",
                "max_abs_err", "mean_abs_err", "max_rel_err", "tolerance", "baseline_err", "err_ratio", "nonfinite",
                "ssim", "psnr", "loss_err", "grad_err", "worst_param", "first_divergence",
-               "dispatched", "kernels", "reason", "seconds", "peak_mem_mb"]
+               "dispatched", "kernels", "comms", "reason", "seconds", "peak_mem_mb"]
 WIDTH = 120  # terminal columns every line of `terminal()` fits in
 _INDEX_MAX, _CELL_MAX = 40, 24  # caps that keep one label plus one cell under WIDTH whatever the names
 _REASON_MAX = 300  # Markdown reason cells; the whole text is in index.html

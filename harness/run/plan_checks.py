@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from harness.rank.comms_check import attention_classes
+
 DEGREES = (2, 4)
 SEVERITIES = ("error", "warning", "info")
 _QKV = ("to_q", "to_k", "to_v")
@@ -444,14 +446,6 @@ def _check_split_siblings(rows: Rows, hooks: list[Hook]) -> None:
                 continue
             rows.at_module(sibling_path, "warning", f"same class as '{path}', whose output is split, but not split "
                            "itself: a split stream that uses its embedding meets full-length positions")
-
-
-def attention_classes() -> tuple[type, ...]:
-    """What `enable_parallelism` treats as attention: it hands these modules' processors the CP config."""
-    from diffusers.models.attention import AttentionModuleMixin
-    from diffusers.models.attention_processor import Attention, MochiAttention
-
-    return Attention, MochiAttention, AttentionModuleMixin
 
 
 @functools.cache

@@ -186,8 +186,8 @@ def _shared(nnodes: int, workdir: Path):
     return SharedRun(workdir, nnodes) if nnodes > 1 else contextlib.nullcontext()
 
 
-PHASES = ("reference loading", "model build", "parallel setup", "forward", "proof (profiler)", "baselines",
-          "metrics and images", "gathers")
+PHASES = ("reference loading", "model build", "parallel setup", "forward", "proof (profiler)", "proof (comms)",
+          "baselines", "metrics and images", "gathers")
 
 
 def time_breakdown(results: list[CaseResult], startup_s: float, wall_s: float,

@@ -65,6 +65,16 @@ CONTROLS = [
     Control("flux", "ulysses2", "native", "fp32", "cp_backward_local_only", "gradient of", "train"),
     Control("qwenimage", "ring2", "_native_flash", "fp32", "cp_backward_local_only", "gradient of", "train"),
     Control("flux", "ulysses2", "native", "bf16", "cp_backward_local_only", "gradient", "train"),
+    # The communication proof: each is also wrong in numbers, but the FAIL names the exchange that never happened.
+    Control("flux", "ulysses2", "native", "fp32", "cp_attention_left_out",
+            "missing: transformer_blocks.0.attn: 0 all_to_all, expected >= 4"),
+    Control("flux", "ring2", "_native_flash", "fp32", "cp_attention_left_out",
+            "missing: transformer_blocks.0.attn: 0 all_gather, expected >= 1"),
+    Control("flux", "ring2", "_native_flash", "fp32", "ring_skips_exchange",
+            "; single_transformer_blocks.0.attn: 0 all_gather, expected >= 1"),
+    Control("flux", "tp2", "native", "fp32", "tp_skip_allreduce", "transformer_blocks.0.attn.to_out.0: 0 all_reduce"),
+    Control("flux", "ulysses2", "native", "fp32", "cp_attention_left_out",
+            "missing: transformer_blocks.0.attn: 0 all_to_all, expected >= 8", "image"),
 ]
 
 

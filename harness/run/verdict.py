@@ -7,6 +7,7 @@ from __future__ import annotations
 from harness.core.records import Outcome
 from harness.core.results import CaseResult, Status
 from harness.kinds import Policy, kind_of
+from harness.rank import comms_check
 from harness.rank.kernels import dispatch_mismatch, function_mismatch, kernel_mismatch
 from harness.run.known_issues import KnownIssue, find
 
@@ -26,6 +27,7 @@ def judge(outcome: Outcome, policy: Policy) -> CaseResult:
     if record.functions:
         result.extra["functions"] = record.functions
     result.kernels = _counts(record.kernels or {})
+    _comms(result, record)
     if record.timeout:  # the ranks' stacks, taken before the kill, are its traceback
         result.status, result.reason = Status.TIMEOUT, record.error or "case timeout"
         if record.traceback:
@@ -71,11 +73,21 @@ def _integrity_failure(result: CaseResult, record, tolerance: float) -> str | No
 
 def _proof_failure(backend: str, record) -> str | None:
     """The name dispatched, then the kernels executed, then the identity of the function that ran: each proves what
-    the one before cannot (a redirected entry counted under the right name, running the same kernel)."""
+    the one before cannot (a redirected entry counted under the right name, running the same kernel). Then the
+    collectives: the right attention can still run on a rank's own chunk, or a layer skip its reduction."""
     mismatch = dispatch_mismatch(backend, record.dispatched)
     if mismatch is None and record.kernels is not None:
         mismatch = kernel_mismatch(backend, record.kernels)
-    return mismatch or function_mismatch(backend, record.expected_function, record.functions)
+    mismatch = mismatch or function_mismatch(backend, record.expected_function, record.functions)
+    return mismatch or comms_check.comms_mismatch(record.comms_expected, record.comms)
+
+
+def _comms(result: CaseResult, record) -> None:
+    """The collectives column, and per module pattern what ran against what the layout needs (the detail)."""
+    if record.comms is None:
+        return
+    result.comms = comms_check.totals(record.comms)
+    result.extra["comms"] = comms_check.by_pattern(record.comms, record.comms_expected)
 
 
 def _counts(counts: dict[str, int]) -> str:

@@ -47,7 +47,7 @@ def _is_results(payload: Any) -> bool:
 def _normalise(case: dict[str, Any]) -> dict[str, Any]:
     """Fill defaults so rendering never meets a missing key; an unknown status is shown, not dropped."""
     out = dict(case)
-    for key in ("case_id", "model", "kind", "layout", "backend", "dtype", "dispatched", "kernels", "reason"):
+    for key in ("case_id", "model", "kind", "layout", "backend", "dtype", "dispatched", "kernels", "comms", "reason"):
         out[key] = "" if out.get(key) is None else str(out[key])
     out["shape"] = str(out.get("shape") or "default")
     out["kind"] = out["kind"] or "tensor"

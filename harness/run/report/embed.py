@@ -17,11 +17,11 @@ from harness.run.report.detail import safe_relative
 
 # The order of a case's array. The page script (script.py) reads the same names in the same order.
 FIELDS = ("case_id", "model", "shape", "kind", "layout", "backend", "dtype", "status", "reason", "world_size",
-          "dispatched", "kernels", "max_abs_err", "mean_abs_err", "max_rel_err", "tolerance", "baseline_err",
+          "dispatched", "kernels", "comms", "max_abs_err", "mean_abs_err", "max_rel_err", "tolerance", "baseline_err",
           "err_ratio", "nonfinite", "ssim", "psnr", "seconds", "peak_mem_mb", "loss_err", "grad_err", "worst_param",
           "first_divergence", "extra")
 STRINGS = frozenset({"model", "shape", "kind", "layout", "backend", "dtype", "status", "reason", "dispatched",
-                     "kernels", "worst_param", "first_divergence"})
+                     "kernels", "comms", "worst_param", "first_divergence"})
 SPELLED = -1  # the case_id slot when the other fields spell the id
 
 

@@ -24,7 +24,7 @@ _SCRIPT = r"""
   var BAD = __BAD__;
   var DASH = "\u2014", TIMES = "\u00d7";
   var SHOWN_EXTRA = {images: 1, abs_err_hist: 1, traceback: 1, ssim: 1, psnr: 1, peak_mem_mb_per_rank: 1, train: 1,
-                     localization: 1};
+                     localization: 1, comms: 1};
   var IMAGE_ORDER = ["reference", "candidate", "thumbnail", "diff", "ssim_map"];
   var D = JSON.parse(dataEl.textContent);
   var cases = D.c.map(decode);
@@ -136,7 +136,7 @@ _SCRIPT = r"""
   function detailHTML(c) {
     var x = extraOf(c);
     return closeButton() + reasonHTML(c, x) + localizationHTML(c, x) + imagesHTML(c, x) + trainingHTML(c, x) +
-      metricsHTML(c, x) + histogramHTML(c, x) + otherHTML(x);
+      metricsHTML(c, x) + commsHTML(x) + histogramHTML(c, x) + otherHTML(x);
   }
   function closeButton() {
     return '<button type="button" class="close" data-close title="remove this case from the opened cases">' +
@@ -170,6 +170,7 @@ _SCRIPT = r"""
       rows.push(["SSIM / PSNR", esc(plain(ssim, ".4f")) + " / " + esc(plain(psnr, ".2f")) + " dB"]);
     }
     rows.push(["dispatched", "<code>" + esc(c.dispatched || DASH) + "</code>"], ["kernels", kernelsHTML(c.kernels)],
+              ["comms", "<code>" + esc(c.comms || DASH) + "</code>"],
               ["seconds", esc(plain(c.seconds, ".3g"))], ["peak memory (MB)", memoryHTML(c, x)]);
     return '<table class="metrics">' + rows.map(function (r) {
       return '<tr><th scope="row">' + r[0] + "</th><td>" + r[1] + "</td></tr>";
@@ -178,6 +179,21 @@ _SCRIPT = r"""
   function kernelsHTML(kernels) {
     if (!kernels) { return "<code>" + DASH + '</code> <span class="muted">(none recorded)</span>'; }
     return '<code class="kernels">' + esc(kernels) + "</code>";
+  }
+  function commsHTML(x) {  // harness.rank.comms_check.by_pattern: what ran per module pattern, and the minimum
+    if (!Array.isArray(x.comms) || !x.comms.length) { return ""; }
+    function counts(map, sized) {
+      return Object.keys(map || {}).sort().map(function (k) {
+        var v = map[k];
+        return sized ? k + ":" + v[0] + " (" + count(v[1]) + " B)" : k + " \u2265 " + v;
+      }).join(", ") || DASH;
+    }
+    var rows = x.comms.map(function (r) {
+      return "<tr><td><code>" + esc(r.modules) + "</code>" + (r.count > 1 ? " " + TIMES + esc(r.count) : "") +
+        "</td><td>" + esc(counts(r.recorded, true)) + "</td><td>" + esc(counts(r.expected, false)) + "</td></tr>";
+    }).join("");
+    return '<h4>Communication</h4><table class="cases comms"><thead><tr><th>modules</th><th>recorded ' +
+      "(count, bytes this rank put in)</th><th>predicted minimum</th></tr></thead><tbody>" + rows + "</tbody></table>";
   }
   function memoryHTML(c, x) {
     var out = esc(plain(c.peak_mem_mb, ".1f")), ranks = x.peak_mem_mb_per_rank;

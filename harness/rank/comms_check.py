@@ -1,0 +1,174 @@
+"""Communication proof, the prediction and the check: what a layout must make each module communicate.
+
+Derived from the layout, the model's module tree and its plans, never from the run it judges:
+- context parallelism: `enable_parallelism` hands every attention module's processor the CP config, so every call
+  of an attention module over split keys exchanges data: Ulysses (degree > 1) all-to-alls its q, k, v and output
+  (4 per call), the ring (degree > 1) all-gathers the K/V buffer that serves all its steps (1 per call); ring x
+  Ulysses does both. A cross-attention call (given `encoder_hidden_states`) when the plan splits no input of that
+  name attends to keys whole on every rank and needs no exchange (Wan's processors pass it no CP config);
+- every gather point of the `_cp_plan` (a `ContextParallelOutput`): one all-gather per gathered output per call;
+- tensor parallelism: every row-wise layer of the `_tp_plan` all-reduces its partial sums (1 per call).
+These are minimums: a module may communicate more (an attention mask all-gathered under Ulysses, the sizes exchanged
+by `*any` layouts, an LSE all-to-all); what it may not do is skip what its layout needs. Backward collectives are
+recorded but not predicted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+
+from harness.rank.comms import CONTEXT
+
+ULYSSES_PER_CALL = 4  # q, k, v before the attention, its output after
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """At least `at_least` `collective`s inside `module` (its own and its submodules'), and why."""
+
+    module: str
+    collective: str
+    at_least: int
+    why: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def attention_classes() -> tuple[type, ...]:
+    """What `enable_parallelism` treats as attention: it hands these modules' processors the CP config."""
+    from diffusers.models.attention import AttentionModuleMixin
+    from diffusers.models.attention_processor import Attention, MochiAttention
+
+    return Attention, MochiAttention, AttentionModuleMixin
+
+
+def _matches(key: str, names) -> list[str]:
+    """Module names a plan key names; `*` stands for one index of a ModuleList, as in diffusers' plans."""
+    pattern = re.compile(re.escape(key).replace(r"\*", r"\d+") + r"\Z")
+    return [name for name in names if pattern.match(name)]
+
+
+def _gathered_outputs(value) -> int:
+    """How many outputs a `_cp_plan` entry gathers (inputs are dicts; outputs a ContextParallelOutput or a list)."""
+    if isinstance(value, dict):
+        return 0
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return sum(1 for item in items if hasattr(item, "gather_dim"))
+
+
+def _is_rowwise(style) -> bool:
+    return style == "rowwise" or type(style).__name__ == "PackedRowwiseParallel"
+
+
+def predict(model, layout, cp_plan: dict | None, recorder) -> list[Expectation]:
+    """What `layout` must make each called module of `model` communicate (`recorder`: its calls per module)."""
+    expected, calls = [], recorder.calls
+    if layout.is_context_parallel:
+        plan = cp_plan if cp_plan is not None else getattr(model, "_cp_plan", None) or {}
+        split = {name for value in plan.values() if isinstance(value, dict) for name in value}
+        whole_context = {} if CONTEXT in split else recorder.context_calls
+        expected += _attention(model, layout, {name: n - whole_context.get(name, 0) for name, n in calls.items()})
+        for key, value in plan.items():
+            per_call = _gathered_outputs(value)
+            for name in _matches(key, calls) if per_call else []:
+                expected.append(Expectation(name, "all_gather", per_call * calls[name],
+                                            f"{calls[name]} call(s) of a _cp_plan gather point"))
+    if layout.tp > 1:
+        for key, style in (getattr(model, "_tp_plan", None) or {}).items():
+            for name in _matches(key, calls) if _is_rowwise(style) else []:
+                expected.append(Expectation(name, "all_reduce", calls[name],
+                                            f"{calls[name]} call(s) of a _tp_plan row-wise layer (partial sums)"))
+    return expected
+
+
+def _attention(model, layout, calls: dict[str, int]) -> list[Expectation]:
+    """`calls`: each module's calls over split keys."""
+    classes, expected = attention_classes(), []
+    for name, module in model.named_modules():
+        if not isinstance(module, classes) or calls.get(name, 0) <= 0:
+            continue
+        n = calls[name]
+        if layout.ulysses > 1:
+            expected.append(Expectation(name, "all_to_all", ULYSSES_PER_CALL * n,
+                                        f"{n} attention call(s) over split keys, Ulysses: q, k, v and output"))
+        if layout.ring > 1:
+            expected.append(Expectation(name, "all_gather", n,
+                                        f"{n} attention call(s) over split keys, ring: the K/V exchange"))
+    return expected
+
+
+def inclusive(recorded: dict[str, dict[str, list[int]]], module: str, collective: str) -> int:
+    """Collectives of `module` and of its submodules (recorded at the innermost module that ran them)."""
+    prefix = f"{module}." if module else ""
+    return sum(row.get(collective, (0, 0))[0] for name, row in recorded.items()
+               if name == module or (name.startswith(prefix) and not name.startswith("(")))
+
+
+def comms_mismatch(expected: list[dict], recorded: dict | None, shown: int = 3) -> str | None:
+    """Why the recorded collectives do not prove the layout's communication; None when every minimum is met."""
+    if recorded is None or not expected:
+        return None
+    needed: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for item in expected:
+        needed[item["module"], item["collective"]].append(item)
+    short = []
+    for (module, collective), items in needed.items():
+        at_least, got = sum(item["at_least"] for item in items), inclusive(recorded, module, collective)
+        if got < at_least:
+            why = " + ".join(item["why"] for item in items)
+            short.append(f"{module or '(model)'}: {got} {collective}, expected >= {at_least} ({why})")
+    if not short:
+        return None
+    more = f"; and {len(short) - shown} more" if len(short) > shown else ""
+    return f"communication: {len(short)} of {len(needed)} predicted exchanges missing: {'; '.join(short[:shown])}{more}"
+
+
+# --- views: the matrix column and the case detail -------------------------------------------------------------------
+
+
+def totals(recorded: dict[str, dict[str, list[int]]]) -> str:
+    """The `comms` column: each collective's count over the run, and the bytes this rank put into them all."""
+    counts: dict[str, int] = defaultdict(int)
+    size = 0
+    for row in recorded.values():
+        for collective, (count, nbytes) in row.items():
+            counts[collective] += count
+            size += nbytes
+    if not counts:
+        return "none"
+    return " ".join(f"{name}:{count}" for name, count in sorted(counts.items())) + f" ({_size(size)})"
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes} B"
+
+
+def by_pattern(recorded: dict[str, dict[str, list[int]]], expected: list[dict]) -> list[dict]:
+    """The case detail's table, one row per module pattern (`transformer_blocks.*.attn`: the block index folded,
+    counts and bytes summed over its modules): what ran at those modules and the minimum predicted for them (met by
+    them or their submodules, as checked). A missing exchange is named module by module in the FAIL reason."""
+    rows: dict[str, dict] = {}
+
+    def row(module: str) -> dict:
+        pattern = re.sub(r"(?<![^.])\d+(?![^.])", "*", module, count=1)  # the block index
+        return rows.setdefault(pattern, {"modules": pattern, "count": set(), "recorded": defaultdict(lambda: [0, 0]),
+                                         "expected": defaultdict(int)})
+
+    for module, collectives in recorded.items():
+        entry = row(module)
+        entry["count"].add(module)
+        for collective, (count, nbytes) in collectives.items():
+            entry["recorded"][collective][0] += count
+            entry["recorded"][collective][1] += nbytes
+    for item in expected:
+        entry = row(item["module"])
+        entry["count"].add(item["module"])
+        entry["expected"][item["collective"]] += item["at_least"]
+    return [{"modules": e["modules"] or "(model)", "count": len(e["count"]), "recorded": dict(e["recorded"]),
+             "expected": dict(e["expected"])} for _, e in sorted(rows.items())]
