@@ -10,6 +10,7 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.core.results import Status
+from harness.run.report.embed import STRINGS
 
 STATUSES = tuple(status.value for status in Status)
 BAD = frozenset(status.value for status in Status if status.is_bad)
@@ -47,7 +48,7 @@ def _is_results(payload: Any) -> bool:
 def _normalise(case: dict[str, Any]) -> dict[str, Any]:
     """Fill defaults so rendering never meets a missing key; an unknown status is shown, not dropped."""
     out = dict(case)
-    for key in ("case_id", "model", "kind", "layout", "backend", "dtype", "dispatched", "kernels", "comms", "reason"):
+    for key in ("case_id", *sorted(STRINGS - {"shape", "status"})):  # the page's text fields, never None
         out[key] = "" if out.get(key) is None else str(out[key])
     out["shape"] = str(out.get("shape") or "default")
     out["kind"] = out["kind"] or "tensor"
