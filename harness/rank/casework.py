@@ -63,12 +63,7 @@ class CaseWork:
             built = kind_of(case.kind).build(case, reference, self.device)
         with faults.active(case.fault):
             with self.phase("parallel setup"):
-                mesh = self.mesh(case.layout)
-                config = case.layout.diffusers_config(mesh)
-                if config is not None:
-                    built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
-                if built.parallelize is not None:
-                    built.parallelize(mesh)
+                self._apply_layout(case, built)
             backends.reset_dispatches()
             self._sync(reset_peak=True)
             forward_started = time.perf_counter()
@@ -101,6 +96,15 @@ class CaseWork:
         expected = comms_check.predict(built.module, case.layout, built.cp_plan, recorder)
         return {"comms": recorder.recorded(), "comms_expected": [item.to_dict() for item in expected]}
 
+    def _apply_layout(self, case: Case, built) -> None:
+        """diffusers' own `enable_parallelism`, then what the kind adds on the mesh (the data-parallel engine)."""
+        mesh = self.mesh(case.layout)
+        config = case.layout.diffusers_config(mesh)
+        if config is not None:
+            built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
+        if built.parallelize is not None:
+            built.parallelize(mesh)
+
     def localize(self, case: Case, rank: int, world_size: int) -> dict | None:
         """Where the case breaks (rank 0; None elsewhere): every module's output under the layout against the same
         module on one device, from the reference's weights, without the case's fault, in fp32 and, for low
@@ -108,12 +112,7 @@ class CaseWork:
         reference, kind = self.reference(case), kind_of(case.kind)
         built = kind.build(case, reference, self.device)
         with faults.active(case.fault):
-            mesh = self.mesh(case.layout)
-            config = case.layout.diffusers_config(mesh)
-            if config is not None:
-                built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
-            if built.parallelize is not None:
-                built.parallelize(mesh)
+            self._apply_layout(case, built)
             packed = training.packed_parameters(built.module, case.layout.tp) if case.layout.tp > 1 else {}
             records, grads, untraced = self._trace(built, 1.0 / case.layout.dp)
         backends.reset_active_backend()

@@ -40,13 +40,18 @@ def trace(module, run: Callable[[], object]) -> list[tuple[str, torch.Tensor, to
     """(name, output, first input) of every submodule call of `module` while `run()` runs, in the order the calls
     finish; a module called again is `name#2`, `name#3`..."""
     records, handles = _forward_hooks(module)
+    _run_without_grad(run, handles)
+    return records
+
+
+def _run_without_grad(run: Callable[[], object], handles: list) -> None:
+    """One forward under `no_grad` with the hooks in `handles`, removed afterwards whatever happens."""
     try:
         with torch.no_grad():
             run()
     finally:
         for handle in handles:
             handle.remove()
-    return records
 
 
 def trace_backward(module, loss: Callable[[], torch.Tensor], scale: float = 1.0) -> tuple[list, list]:
@@ -93,12 +98,7 @@ def _dtensor_modules(module, run: Callable[[], object]) -> set[str]:
             handles.append(submodule.register_forward_hook(
                 lambda _m, args, kwargs, output, name=name: found.add(name)
                 if is_dtensor(list(args) + list(kwargs.values())) or is_dtensor(output) else None, with_kwargs=True))
-    try:
-        with torch.no_grad():
-            run()
-    finally:
-        for handle in handles:
-            handle.remove()
+    _run_without_grad(run, handles)
     return found
 
 
