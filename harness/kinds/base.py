@@ -88,10 +88,6 @@ class Kind:
         """Why a sound reference does not fit what the settings ask (and the command that fixes it), or None."""
         return None
 
-    def reference_shapes(self, spec, weights_dir: str | None) -> list[str]:
-        """Every reference `harness capture` / `pytest --ref` writes for a model."""
-        return [shape for shape, _ in self.shapes(spec, ["all"], weights_dir)]
-
     def build(self, case: Case, reference: Reference, device) -> Built:
         raise NotImplementedError
 
