@@ -33,10 +33,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     known, extra = parser.parse_known_args()
     with tempfile.TemporaryDirectory() as scratch:
-        walls, payload = [], {}
+        walls, ratios, floors, payload = [], [], [], {}
         for index in range(known.repeat):
             wall, payload = timed_run(extra, Path(scratch) / f"run{index}")
             walls.append(wall)
+            floors.append(payload["header"]["time_breakdown"]["floor"])
+            ratios.append(wall / floors[-1])
         cases = payload["cases"]
         ran = [c for c in cases if c["status"] != "SKIP"]
         single = ["--models", "flux", "--layouts", "ulysses2", "--backends", "native", "--dtypes", "fp32",
@@ -47,8 +49,12 @@ def main() -> None:
     print("| figure | value |\n|---|---|")
     print(f"| cases planned / run (non-SKIP) | {len(cases)} / {len(ran)} |")
     print(f"| torchrun launches | {launches} (world sizes {payload['header']['world_sizes']}) |")
-    print(f"| `harness run` wall time, median of {known.repeat} | {statistics.median(walls):.1f} s |")
-    print(f"| sum of per-case times on rank 0 (build + enable_parallelism + forward) | {forward:.1f} s |")
+    print(f"| `harness run` wall time, median of {known.repeat} (each: {', '.join(f'{w:.0f}' for w in walls)} s) | "
+          f"{statistics.median(walls):.1f} s |")
+    print(f"| floor: launch start-ups + the cases' own time, median | {statistics.median(floors):.1f} s |")
+    print(f"| **ratio wall / floor**, median (each: {', '.join(f'{r:.2f}' for r in ratios)}) | "
+          f"**{statistics.median(ratios):.2f}x** |")
+    print(f"| sum of per-case times on rank 0 (build + enable_parallelism + recorded run) | {forward:.1f} s |")
     print(f"| one `harness run` with a single case (launch + imports + gloo init) | {one_wall:.1f} s |")
     print(f"| estimated wall time with one launch per case | {one_wall * len(ran):.0f} s |")
     breakdown = payload["header"].get("time_breakdown", {})

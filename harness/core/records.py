@@ -66,15 +66,16 @@ class GroupSpec:
     references: str
     images_dir: str | None
     cases: list[Case]
+    baselines: str | None = None  # a folder the run's launches share single-device baselines through (None: none)
 
     def to_dict(self) -> dict:
         return {"workdir": self.workdir, "references": self.references, "images_dir": self.images_dir,
-                "cases": [case.to_dict() for case in self.cases]}
+                "cases": [case.to_dict() for case in self.cases], "baselines": self.baselines}
 
     @classmethod
     def from_dict(cls, data: dict) -> GroupSpec:
         return cls(data["workdir"], data["references"], data.get("images_dir"),
-                   [Case.from_dict(case) for case in data["cases"]])
+                   [Case.from_dict(case) for case in data["cases"]], data.get("baselines"))
 
 
 @dataclass

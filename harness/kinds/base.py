@@ -21,9 +21,10 @@ class Built:
     module: Any
     run: Callable[[], Any]
     cp_plan: dict | None = None  # passed to `enable_parallelism` (None: the class's own `_cp_plan`)
-    profile_scope: Any = None  # only attention kernels inside this module's forward are judged (None: all)
+    kernel_scope: Any = None  # only attention kernels inside this module's forward prove the backend (None: all)
     parallelize: Callable[[Any], None] | None = None  # called with the device mesh after `enable_parallelism`
-    proof: Callable[[], Any] | None = None  # what the kernel proof profiles (None: `run` again)
+    # `run` with the proof's recording (a context manager) around only the part the proof covers; None: around all
+    recorded: Callable[[Any], Any] | None = None
     forward: Callable[[], Any] | None = None  # what localization traces module by module (None: `run`)
     loss: Callable[[], Any] | None = None  # a differentiable loss: localization traces the backward too (train)
 

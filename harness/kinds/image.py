@@ -93,7 +93,7 @@ class ImageKind(Kind):
         pipe = build_pipe(case.model, case.dtype, device, reference, case.weights_dir)
         pipe.transformer.set_attention_backend(case.backend)
         # The VAE may call SDPA itself: only the transformer's attention kernels prove the backend.
-        return Built(pipe.transformer, lambda: run_pipe(pipe, case.model), profile_scope=pipe.transformer)
+        return Built(pipe.transformer, lambda: run_pipe(pipe, case.model), kernel_scope=pipe.transformer)
 
     def detach(self, output):
         return output

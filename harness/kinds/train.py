@@ -120,21 +120,19 @@ class TrainKind(Kind):
                                                 packed)
             state["engine"] = engine
 
-        def run() -> dict:
+        def recorded(recording=None) -> dict:
+            """K steps; the proof's recording covers step 1's forward and backward (the optimizer is not diffusers')."""
             if "trainer" not in state:  # the single-device baseline runs without a layout
                 parallelize(None)
-            return {**state["trainer"].run(), "engine": state["engine"]}
-
-        def proof() -> None:
-            state["trainer"].first_step()
+            return {**state["trainer"].run(recording), "engine": state["engine"]}
 
         def forward() -> torch.Tensor:
             if "trainer" not in state:
                 parallelize(None)
             return state["trainer"].first_forward()
 
-        return Built(model, run, cp_plan=spec.context_parallel_plan(model.config), parallelize=parallelize,
-                     proof=proof, forward=forward, loss=forward)
+        return Built(model, recorded, cp_plan=spec.context_parallel_plan(model.config), parallelize=parallelize,
+                     recorded=recorded, forward=forward, loss=forward)
 
     def detach(self, output):
         return output

@@ -15,14 +15,16 @@ import torch
 from harness.core.records import Case
 from harness.core.reference import Reference, read_reference, reference_path
 from harness.kinds import kind_of
-from harness.rank import backends, comms, comms_check, faults, kernels, localize, training
+from harness.rank import backends, comms_check, faults, localize, training
+from harness.rank.recorder import RunRecorder
 
 
 class CaseWork:
     """Per-rank caches shared by every case of a launch: references, device meshes and single-device baselines."""
 
-    def __init__(self, references: Path, images_dir: Path | None, device: torch.device):
+    def __init__(self, references: Path, images_dir: Path | None, device: torch.device, shared: Path | None = None):
         self.root, self.images_dir, self.device = Path(references), images_dir, device
+        self.shared = shared  # where this run's launches hand each other baselines (rank 0 only; None: not shared)
         self.references: dict[tuple, Reference] = {}
         self.meshes: dict[tuple, object] = {}
         self.baselines: dict[tuple, object] = {}
@@ -65,34 +67,31 @@ class CaseWork:
             with self.phase("parallel setup"):
                 self._apply_layout(case, built)
             backends.reset_dispatches()
+            recorder = RunRecorder(built.module, built.kernel_scope)
             self._sync(reset_peak=True)
             forward_started = time.perf_counter()
-            output = built.run()
+            # The proof is recorded in this very run (harness.rank.recorder: a few ms a case), never in a second one.
+            if built.recorded is not None:
+                output = built.recorded(recorder)
+            else:
+                with recorder:
+                    output = built.run()
             self._sync()
             forward_s, seconds = time.perf_counter() - forward_started, time.perf_counter() - started
             self.phases["forward"] += forward_s
             dispatched, functions = backends.dispatches(), backends.functions_run()
-            # A second, profiled run proves the kernels; it stays out of the timings above. (Profiling the case's
-            # own run costs as much here, and crashed torch's CPU profiler in ring layouts on 4 ranks twice.)
-            with self.phase("proof (profiler)"):
-                executed = kernels.profile_kernels(built.proof or built.run, scope=built.profile_scope)
-            with self.phase("proof (comms)"):
-                proof = self._prove_comms(case, built) if case.layout.world_size > 1 else {}
+            proof = self._prove_comms(case, built, recorder) if case.layout.world_size > 1 else {}
         placements = None
         if hasattr(output, "full_tensor"):  # materialised to compare, and reported: diffusers returns plain tensors
             placements = str(tuple(output.placements))
             output = output.full_tensor()
-        return output, {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched, "kernels": executed,
-                        "output_placements": placements, "functions": functions,
+        return output, {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched,
+                        "kernels": recorder.executed(), "output_placements": placements, "functions": functions,
                         "expected_function": backends.DEFINED.get(case.backend), **proof}
 
     @staticmethod
-    def _prove_comms(case: Case, built) -> dict:
-        """A third run records the collectives, for the check against the layout's prediction. Its own run, not the
-        profiled one: the profiler records each op twice under the recorder's dispatch mode, which slowed the proof
-        runs of the tiny pipelines by 4 to 12 times what this extra run costs (README, proof of communication)."""
-        with comms.CommsRecorder(built.module) as recorder:
-            (built.proof or built.run)()
+    def _prove_comms(case: Case, built, recorder: RunRecorder) -> dict:
+        """The collectives the run performed, and what the layout predicts it must have (harness.rank.comms_check)."""
         expected = comms_check.predict(built.module, case.layout, built.cp_plan, recorder)
         return {"comms": recorder.recorded(), "comms_expected": [item.to_dict() for item in expected]}
 
@@ -162,6 +161,7 @@ class CaseWork:
     def measure(self, case: Case, output) -> dict:
         """The kind's metrics against the reference and the single-device baseline of the case's dtype."""
         kind = kind_of(case.kind)
+        self._offer_baseline(case, output)
         reference, baseline = self.reference(case), self.baseline(case)
         with self.phase("metrics and images"):
             return kind.measure(output, reference, baseline, case, self.images_dir)
@@ -169,23 +169,60 @@ class CaseWork:
     def baseline(self, case: Case):
         """What the dtype alone costs (rank 0 only): the single-device output in the case's dtype, with the case's
         backend for a parallel layout, or with `native` SDPA when the case compares a backend on a single device.
-        A failure is kept as its message, reported with the case, never fatal."""
+        Computed once per run: kept here for this launch, and handed to later launches through `shared` (the
+        one-rank launch runs first, and its cases' own outputs are most of the baselines the others need). A
+        failure is kept as its message, reported with the case, never fatal."""
         backend = case.backend if case.layout.world_size > 1 else "native"
-        model_change = case.fault if case.fault in faults.MODEL_CHANGES else None
-        key = (case.model, case.shape, case.kind, case.weights_dir, backend, case.dtype, model_change)
+        key = self._baseline_key(case, backend, case.fault if case.fault in faults.MODEL_CHANGES else None)
         if key not in self.baselines:
-            kind = kind_of(case.kind)
             with self.phase("baselines"):
-                self._compute_baseline(key, kind, case, backend, model_change)
+                self.baselines[key] = self._shared_baseline(key)
+                if self.baselines[key] is None:
+                    self.baselines[key] = self._compute_baseline(kind_of(case.kind), case, backend, key[-1])
+                    self._share(key)
         return self.baselines[key]
 
-    def _compute_baseline(self, key, kind, case: Case, backend: str, model_change) -> None:
+    @staticmethod
+    def _baseline_key(case: Case, backend: str, model_change: str | None) -> tuple:
+        return case.model, case.shape, case.kind, case.weights_dir, backend, case.dtype, model_change
+
+    def _offer_baseline(self, case: Case, output) -> None:
+        """A one-rank case without a fault computed exactly a baseline: its model, dtype and backend on one device."""
+        if case.layout.world_size > 1 or case.fault is not None:
+            return
+        key = self._baseline_key(case, case.backend, None)
+        if key not in self.baselines:
+            self.baselines[key] = kind_of(case.kind).detach(output)
+            self._share(key)
+
+    def _baseline_file(self, key: tuple) -> Path:
+        import hashlib
+
+        return self.shared / (hashlib.sha256(repr(key).encode()).hexdigest()[:24] + ".pt")
+
+    def _shared_baseline(self, key: tuple):
+        """The baseline an earlier launch of this run left, or None. (The folder is this run's own work folder,
+        emptied when the run starts: no stale or foreign file is read.)"""
+        if self.shared is None or not self._baseline_file(key).exists():
+            return None
+        return torch.load(self._baseline_file(key), weights_only=False)
+
+    def _share(self, key: tuple) -> None:
+        if self.shared is None:
+            return
+        self.shared.mkdir(parents=True, exist_ok=True)
+        path = self._baseline_file(key)
+        partial = path.with_suffix(".partial")
+        torch.save(self.baselines[key], partial)
+        partial.replace(path)  # whole or absent, whatever happens to this rank
+
+    def _compute_baseline(self, kind, case: Case, backend: str, model_change):
         try:
             built = kind.build(replace(case, backend=backend, fault=None), self.reference(case), self.device)
             with faults.active(model_change):
-                self.baselines[key] = kind.detach(built.run())
+                return kind.detach(built.run())
         except Exception as error:  # noqa: BLE001 - reported with the case, never fatal
-            self.baselines[key] = backends.first_line(error)
+            return backends.first_line(error)
         finally:
             backends.reset_active_backend()
 

@@ -1,20 +1,20 @@
 """Kernel-level proof: which attention kernels PyTorch actually executed, and whether they fit the backend.
 
-The dispatch counters say which diffusers backend function ran; the profiler says which aten kernel ran below it
-(users have found a flash kernel running while the math backend was selected).
+The dispatch counters say which diffusers backend function ran; the recording of the case's run
+(harness.rank.recorder) says which aten kernel ran below it (users have found a flash kernel running while the math
+backend was selected).
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
+import functools
 
 MATH = "aten::_scaled_dot_product_attention_math"
 FLASH = "aten::_scaled_dot_product_flash_attention"
 FLASH_CPU = "aten::_scaled_dot_product_flash_attention_for_cpu"
 EFFICIENT = "aten::_scaled_dot_product_efficient_attention"
 CUDNN = "aten::_scaled_dot_product_cudnn_attention"
-FLEX = "FlexAttentionAutogradOp"
+FLEX = "flex_attention"  # a higher-order op
 SDPA_KERNELS = {MATH, FLASH, FLASH_CPU, EFFICIENT, CUDNN, "aten::_scaled_dot_product_fused_attention_overrideable"}
 
 # What each backend may run. `native` is PyTorch's own choice among the SDPA kernels; backends not listed
@@ -25,57 +25,23 @@ EXPECTED = {
     "_native_flash": {FLASH, FLASH_CPU},
     "_native_efficient": {EFFICIENT},
     "_native_cudnn": {CUDNN},
-    "flex": {FLEX, "flex_attention"},
+    "flex": {FLEX},
 }
-_RECORDED_FRAGMENTS = ("flash_attn", "sageattn", "xformers", "memory_efficient_attention", "flex_attention")
+_RECORDED_FRAGMENTS = ("flash_attn", "sageattn", "xformers", "memory_efficient_attention")
 
 
 def is_attention_kernel(name: str) -> bool:
+    """Forward kernels only: a backward kernel proves nothing the forward's did not."""
+    if "backward" in name:
+        return False
     return name in SDPA_KERNELS or name == FLEX or any(fragment in name for fragment in _RECORDED_FRAGMENTS)
 
 
-SCOPE = "harness::scope"
-
-
-def profile_kernels(fn: Callable[[], object], scope=None) -> dict[str, int]:
-    """Run `fn` once under torch.profiler and count the attention kernels it executed, only those inside `scope`'s
-    forward when a module is given (a pipeline's VAE may call SDPA itself; only the transformer's are judged)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    handles = _mark(scope) if scope is not None else []
-    try:
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            fn()
-    finally:
-        for handle in handles:
-            handle.remove()
-    events = [e for e in prof.events() if is_attention_kernel(e.name) and (scope is None or _inside_scope(e))]
-    return dict(sorted(Counter(event.name for event in events).items()))
-
-
-def _mark(module) -> list:
-    """Forward hooks that open and close a profiler range named SCOPE around every call of `module`."""
-    import torch
-
-    ranges = []
-
-    def enter(*_):
-        ranges.append(torch.autograd.profiler.record_function(SCOPE))
-        ranges[-1].__enter__()
-
-    def leave(*_):
-        ranges.pop().__exit__(None, None, None)
-
-    return [module.register_forward_pre_hook(enter), module.register_forward_hook(leave)]
-
-
-def _inside_scope(event) -> bool:
-    parent = event.cpu_parent
-    while parent is not None:
-        if parent.name == SCOPE:
-            return True
-        parent = parent.cpu_parent
-    return False
+@functools.cache
+def kernel_of_operator(name: str) -> str | None:
+    """The attention kernel an operator is (its schema name, or a higher-order op's name), or None for every other
+    op. Cached: asked for every op of a recorded run (harness.rank.recorder)."""
+    return name if is_attention_kernel(name) else None
 
 
 def kernel_mismatch(backend: str, kernels: dict[str, int]) -> str | None:

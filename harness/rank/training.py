@@ -215,8 +215,8 @@ def wrap_data_parallel(module, mesh, engine: str):
 
 
 class Trainer:
-    """K AdamW steps from the seed weights; each `run()` starts again from them, so a case can be run twice (once
-    timed, once profiled) and give the same numbers. `module` holds the parameters; `model` is what is called (the
+    """K AdamW steps from the seed weights; each `run()` starts again from them, so a case can be run twice (the case,
+    its localization) and give the same numbers. `module` holds the parameters; `model` is what is called (the
     data-parallel wrapper where there is one)."""
 
     def __init__(self, model, module, batch: Batch, steps: int, spec, dtype: torch.dtype | None, device,
@@ -234,23 +234,14 @@ class Trainer:
                 parameter.copy_(self.initial[name])
                 parameter.grad = None
 
-    def first_step(self) -> None:
-        """Step 1's forward and backward alone, from the seed weights: what the kernel proof profiles (the whole run
-        under the profiler costs several times the case)."""
-        self.restart()
-        self.module.train()
-        with data_parallel_sync(self.model):
-            flow_matching_loss(self.model, self.batch, 0, self.spec.timestep_scale, self.spec.timestep_keys,
-                               self.autocast()).backward()
-        self.restart()
-
     def first_forward(self) -> torch.Tensor:
         """Step 1's loss from the seed weights, forward only (what localization traces)."""
         self.restart()
         return flow_matching_loss(self.model, self.batch, 0, self.spec.timestep_scale, self.spec.timestep_keys,
                                   self.autocast())
 
-    def run(self) -> dict:
+    def run(self, recording=None) -> dict:
+        """The K steps, with `recording` (a context manager) around step 1's forward and backward if given."""
         self.restart()
         optimizer = torch.optim.AdamW(self.named.values(), lr=RECIPE["lr"], betas=tuple(RECIPE["betas"]),
                                       eps=RECIPE["eps"], weight_decay=RECIPE["weight_decay"], foreach=False)
@@ -258,7 +249,8 @@ class Trainer:
         self.module.train()
         for step in range(self.steps):
             optimizer.zero_grad(set_to_none=True)
-            with data_parallel_sync(self.model):
+            with data_parallel_sync(self.model), (recording if step == 0 and recording is not None
+                                                   else contextlib.nullcontext()):
                 loss = flow_matching_loss(self.model, self.batch, step, self.spec.timestep_scale,
                                           self.spec.timestep_keys, self.autocast())
                 loss.backward()

@@ -34,7 +34,8 @@ class Worker:
         device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}") if torch.cuda.is_available() \
             else torch.device("cpu")
         images = Path(group.images_dir) if group.images_dir else None
-        self.work = CaseWork(Path(group.references), images, device)
+        self.work = CaseWork(Path(group.references), images, device,
+                             Path(group.baselines) if group.baselines and rank == 0 else None)
         self.events = open(Path(group.workdir) / f"rank{rank}.jsonl", "a", buffering=1)
 
     def emit(self, event: str, **data) -> None:

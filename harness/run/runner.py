@@ -151,7 +151,8 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
     workdir = report_dir / WORKDIR
     shutil.rmtree(workdir, ignore_errors=True)
     total, stats = len(done) + len(cases), GroupStats()  # cases kept by --resume count as done
-    group = GroupSpec("", str(settings.path("references")), str(report_dir / "images"), [])
+    group = GroupSpec("", str(settings.path("references")), str(report_dir / "images"), [],
+                      baselines=str(workdir / "baselines"))
     launcher = launcher_from(settings)
     with open(report_dir / PARTIAL, "a") as partial, _shared(launcher.nnodes, workdir) as shared:
         nodes = Nodes(launcher, _capacity(settings), shared)
@@ -186,8 +187,8 @@ def _shared(nnodes: int, workdir: Path):
     return SharedRun(workdir, nnodes) if nnodes > 1 else contextlib.nullcontext()
 
 
-PHASES = ("reference loading", "model build", "parallel setup", "forward", "proof (profiler)", "proof (comms)",
-          "baselines", "metrics and images", "gathers")
+# "forward" is the case's run with the proof's recording in it (harness.rank.recorder)
+PHASES = ("reference loading", "model build", "parallel setup", "forward", "baselines", "metrics and images", "gathers")
 
 
 def time_breakdown(results: list[CaseResult], startup_s: float, wall_s: float,

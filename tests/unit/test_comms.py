@@ -13,7 +13,7 @@ from harness.core.layouts import parse_layout
 from harness.core.records import Case, CaseRecord, Outcome
 from harness.core.results import Status
 from harness.kinds import Policy
-from harness.rank.comms import BACKWARD, OUTSIDE, CommsRecorder
+from harness.rank.recorder import BACKWARD, OUTSIDE, RunRecorder
 from harness.rank.comms_check import by_pattern, comms_mismatch, predict, totals
 from harness.run.known_issues import KnownIssue
 from harness.run.verdict import apply_known_issues, judge
@@ -55,7 +55,7 @@ class Root(torch.nn.Module):
 
 def test_recorder_counts_each_collective_at_its_innermost_module(one_rank):
     model, x = Root(), torch.ones(2, 4, requires_grad=True)
-    with CommsRecorder(model) as recorder:
+    with RunRecorder(model) as recorder:
         model(x).wait().sum().backward()
         funcol.all_reduce(torch.ones(3), "sum", dist.group.WORLD).wait()
     assert recorder.recorded() == {
