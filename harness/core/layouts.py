@@ -17,8 +17,8 @@ FULL_LAYOUTS = (*DEFAULT_LAYOUTS, "ulysses2any", "ring2any", "ulysses4any", "tp2
                 "dp2xulysses2", "dp2xring2")
 
 _CP = r"(?:ring(?P<rx>\d+)xulysses(?P<ux>\d+)|ulysses(?P<u>\d+)(?P<uany>any)?|ring(?P<r>\d+)(?P<rany>any)?)"
-_PATTERN = re.compile(rf"^(?:(?P<single>single)|tp(?P<tp>\d+)(?:\+{_CP})?|dp(?P<dp>\d+)(?:x{_CP.replace('?P<', '?P<d_')})?"
-                      rf"|{_CP.replace('?P<', '?P<c_')})$")
+_PATTERN = re.compile(rf"^(?:(?P<single>single)|tp(?P<tp>\d+)(?:\+{_CP})?"
+                      rf"|dp(?P<dp>\d+)(?:x{_CP.replace('?P<', '?P<d_')})?|{_CP.replace('?P<', '?P<c_')})$")
 FORMS = ("single, ulyssesN, ulyssesNany, ringN, ringNany, ringRxulyssesU, tpN, tpN+ulyssesM, tpN+ringM, dpN, "
          "dpNx<any of the context-parallel forms> (N, M >= 2)")
 

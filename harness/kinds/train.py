@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 
 import torch
 
@@ -191,7 +190,8 @@ class TrainKind(Kind):
                           f"{result.dtype} {baseline['grad_err']:.3g} (budget {policy.budget_factor}x)")
         if metrics["loss_rel_err"] > max(policy.budget_max_factor * baseline["loss_rel_err"], limits["loss_rel"]):
             broken.append(f"loss: rel err {metrics['loss_rel_err']:.3g} > {policy.budget_max_factor}x the "
-                          f"single-device {result.dtype} {baseline['loss_rel_err']:.3g} (floor {limits['loss_rel']:.3g})")
+                          f"single-device {result.dtype} {baseline['loss_rel_err']:.3g} "
+                          f"(floor {limits['loss_rel']:.3g})")
         own = metrics.get("baseline_param_errors", {})
         wrong = {name: value["rel_l2"] for name, value in metrics["param_errors"].items()
                  if value["rel_l2"] > max(policy.budget_max_factor * own.get(name, 0.0), limits["grad_rel"])}

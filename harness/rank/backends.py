@@ -118,7 +118,8 @@ def backward_missing(name: str, layout, dtype: str = "fp32") -> str | None:
         if message is not None:
             return f"diffusers' {name} attention has no backward ({op}: {message})"
     templated = [cls for degree, cls in ((layout.ulysses, "TemplatedUlyssesAnythingAttention"),
-                                         (layout.ring, "TemplatedRingAnythingAttention")) if layout.anything and degree > 1]
+                                         (layout.ring, "TemplatedRingAnythingAttention"))
+                 if layout.anything and degree > 1]
     for cls in templated:
         message = _not_implemented(getattr(getattr(dispatch, cls, None), "backward", None))
         if message is not None:

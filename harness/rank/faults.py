@@ -153,7 +153,8 @@ def _local_attention(target: str):
         if not inside:
             return original(query, key, value, attn_mask, *args, **kwargs)
         q, k, v = (x.permute(0, 2, 1, 3) for x in (query, key, value))
-        local = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=kwargs.get("scale"))
+        local = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                                                 scale=kwargs.get("scale"))
         return local.permute(0, 2, 1, 3)
 
     class Hooks:

@@ -43,7 +43,8 @@ class Batch:
 
             raise HarnessError(f"a batch of {self.size} does not split over {parts} data-parallel ranks")
         start, stop = index * self.size // parts, (index + 1) * self.size // parts
-        conditions = {key: value[start:stop] if key in self.batched else value for key, value in self.conditions.items()}
+        conditions = {key: value[start:stop] if key in self.batched else value
+                      for key, value in self.conditions.items()}
         return replace(self, conditions=conditions, latents=self.latents[start:stop],
                        noise=self.noise[:, start:stop], sigmas=self.sigmas[:, start:stop])
 

@@ -141,7 +141,7 @@ def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo)
                 result.first_divergence += f" ({found['backward_untraced']})"
         echo(f"  {result.case_id}: {result.first_divergence}")
 
-    for world_size, members in group_by_world_size(replace(case, localize=True) for case in cases).items():
+    for members in group_by_world_size(replace(case, localize=True) for case in cases).values():
         timeout = settings.case_timeout or _auto_timeout(members, settings.path("references"))
         run_group(members, group, report_dir / "work" / "localize", timeout, on_outcome)
 

@@ -13,8 +13,8 @@ from harness.core.layouts import parse_layout
 from harness.core.records import Case, CaseRecord, Outcome
 from harness.core.results import Status
 from harness.kinds import Policy
-from harness.rank.recorder import BACKWARD, OUTSIDE, RunRecorder
 from harness.rank.comms_check import by_pattern, comms_mismatch, predict, totals
+from harness.rank.recorder import BACKWARD, OUTSIDE, RunRecorder
 from harness.run.known_issues import KnownIssue
 from harness.run.verdict import apply_known_issues, judge
 

@@ -573,7 +573,8 @@ def test_browser_compare_draws_rows_when_opened(tmp_path):
 def test_browser_shows_a_train_case_loss_curves_and_worst_gradients(tmp_path):
     """An opened train FAIL draws three loss curves (reference, layout, one device in its dtype) in their own colours,
     and the table of the gradients furthest from the reference, worst first."""
-    train = {"losses": [2.24, 2.15, 1.73], "reference_losses": [2.24, 2.14, 1.72], "baseline_losses": [2.24, 2.14, 1.72],
+    train = {"losses": [2.24, 2.15, 1.73], "reference_losses": [2.24, 2.14, 1.72],
+             "baseline_losses": [2.24, 2.14, 1.72],
              "worst_gradients": [{"param": "blocks.0.attn.to_k.bias", "rel_l2": 1.02, "max_abs": 3e-4,
                                   "baseline_rel_l2": 0.02},
                                  {"param": "context_embedder.weight", "rel_l2": 0.7, "max_abs": 2e-3,

@@ -108,7 +108,8 @@ svg.loss .ref circle, svg.loss text.ref { fill: #1a7f37; } svg.loss .run circle,
 svg.loss .base circle, svg.loss text.base { fill: #bf8700; }
 svg.modules polyline { fill: none; } svg.modules polyline.err { stroke: #0969da; stroke-width: 1.5; }
 svg.modules polyline.lim { stroke: var(--fail); stroke-dasharray: 4 3; } svg.modules text { font-size: 10px; }
-svg.modules text { fill: var(--muted); } svg.modules text.err { fill: #0969da; } svg.modules text.lim { fill: var(--fail); }
+svg.modules text { fill: var(--muted); } svg.modules text.err { fill: #0969da; }
+svg.modules text.lim { fill: var(--fail); }
 svg.modules circle.first { fill: none; stroke: var(--fail); stroke-width: 2.5; } svg.modules .axis { stroke: #8c959f; }
 tr.diverged td { background: #ffebe9; font-weight: 600; }
 .none { padding: 12px; color: var(--muted); }
