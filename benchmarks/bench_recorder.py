@@ -50,7 +50,7 @@ def main() -> None:
     print("|---|---|---|---|")
     for model in options.models:
         for kind in options.kinds:
-            case = Case(model, "default", Layout("single"), "native", "fp32", kind)
+            case = Case(model=model, layout=Layout("single"), backend="native", dtype="fp32", kind=kind)
             try:
                 built = kind_of(kind).build(case, work.reference(case), work.device)
             except Exception as error:  # noqa: BLE001 - a model without this kind's reference

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from pathlib import Path
 
 from harness.core.errors import HarnessError
@@ -124,7 +125,9 @@ def cmd_run(args) -> int:
         return _hand_off(launcher, command, settings, _forwarded(args))
     if launcher.node_rank > 0:  # this node only runs ranks: node 0 plans, judges and reports
         return NodeAgent(settings.path("report_dir") / WORKDIR, launcher).run()
-    summary = runner.run(settings, runner.plan_from(settings, args.inject_fault), resume=args.resume)
+    planning = time.monotonic()
+    plan = runner.plan_from(settings, args.inject_fault)
+    summary = runner.run(settings, plan, resume=args.resume, plan_s=time.monotonic() - planning)
     return summary.exit_code
 
 
