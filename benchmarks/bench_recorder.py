@@ -34,6 +34,7 @@ def main() -> None:
     torch.set_num_threads(1)  # as on a rank (OMP_NUM_THREADS=1)
 
     from harness.core import determinism
+    from harness.core.errors import HarnessError
     from harness.core.layouts import Layout
     from harness.core.records import Case
     from harness.kinds import kind_of
@@ -53,8 +54,7 @@ def main() -> None:
             case = Case(model=model, layout=Layout("single"), backend="native", dtype="fp32", kind=kind)
             try:
                 built = kind_of(kind).build(case, work.reference(case), work.device)
-            except Exception as error:  # noqa: BLE001 - a model without this kind's reference
-                print(f"| {model} / {kind} | {backends.first_line(error)[:60]} | | |")
+            except HarnessError:  # no reference of this kind for the model (wan is not trained in the quick plan)
                 continue
 
             def recorded(built=built):
