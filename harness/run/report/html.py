@@ -95,8 +95,8 @@ def _time(header: dict[str, Any]) -> str:
     ratio = breakdown.get("ratio to floor")
     summary = f"Time: {plain(breakdown.get('wall'), '.0f')} s, {ratio}x the floor" if ratio else "Time"
     return (f'<details class="settings"><summary>{escape(summary)}</summary><table class="env">{rows}</table>'
-            "<p class=\"muted\">floor: launch start-ups plus the cases' own time; the reports are written after "
-            "this page is (results.json has their time)</p></details>")
+            "<p class=\"muted\">floor: launch start-ups plus the cases' own time (each case's run carries the proof's "
+            "recording); the reports are written after this page is (results.json has their time)</p></details>")
 
 
 def _mismatch_banner(header: dict[str, Any]) -> str:
