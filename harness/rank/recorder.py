@@ -7,7 +7,9 @@ torch.profiler cost a second run and 10 to 20 times a forward in event processin
   higher-order op, package kernels registered as custom ops (flash-attn, xformers), and every collective, whoever
   issues it (harness.rank.comms names them);
 - a function mode sees each `scaled_dot_product_attention` call. SDPA's math path is a composite of plain ops that
-  never reaches the dispatcher as one op, so a call in which no fused kernel was dispatched is the math kernel.
+  never reaches the dispatcher as one op: a call for which SDPA's own selection (`torch._fused_sdp_choice`, the
+  function SDPA asks) answers math is the math kernel, and runs with the dispatch mode aside, because the math path
+  changes its ops under an active dispatch mode.
 Module hooks attribute a collective to the innermost module whose forward is running (a hook that runs after the
 module's own hooks closes it, so a row-wise layer's all-reduce is its own); one in a backward pass goes to
 `BACKWARD`. Kernels count only inside `scope`'s forward when a scope is given (a pipeline's VAE may call SDPA itself).
@@ -15,11 +17,13 @@ module's own hooks closes it, so a row-wise layer's all-reduce is its own); one 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections import Counter, defaultdict
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils import _python_dispatch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.rank import comms, kernels
@@ -62,13 +66,35 @@ class _Called(TorchFunctionMode):
         self.recorder = recorder
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         if func is not SDPA:
-            return func(*args, **(kwargs or {}))
+            return func(*args, **kwargs)
+        if torch._fused_sdp_choice(*args, **kwargs) == MATH_CHOICE:
+            # SDPA's math path sees an active dispatch mode and swaps its in-place ops for functional ones, which
+            # broadcast where the in-place ones refuse (an LTX mask under Ulysses 4 then fails later, elsewhere):
+            # the dispatch mode steps aside, so this call runs as it does for a user.
+            with _without(self.recorder.dispatched):
+                output = func(*args, **kwargs)
+            self.recorder.kernel(kernels.MATH)
+            return output
         fused = self.recorder.fused
-        output = func(*args, **(kwargs or {}))
-        if self.recorder.fused == fused:  # no fused kernel beneath this call: SDPA took its math path
+        output = func(*args, **kwargs)
+        if self.recorder.fused == fused:  # no fused kernel beneath this call after all: SDPA took its math path
             self.recorder.kernel(kernels.MATH)
         return output
+
+
+MATH_CHOICE = int(torch.nn.attention.SDPBackend.MATH)  # what torch._fused_sdp_choice answers for the math path
+
+
+@contextlib.contextmanager
+def _without(mode: TorchDispatchMode):
+    """`mode` off while the block runs, when it is the innermost dispatch mode (it always is in a case's run)."""
+    if _python_dispatch._get_current_dispatch_mode() is not mode:
+        yield
+        return
+    with _python_dispatch._pop_mode_temporarily():
+        yield
 
 
 @functools.cache
@@ -93,7 +119,8 @@ class RunRecorder:
         self._stack: list[str] = []
         self._inside_scope = 0
         self._handles: list = []
-        self._modes = (_Dispatched(self), _Called(self))
+        self.dispatched = _Dispatched(self)
+        self._modes = (self.dispatched, _Called(self))
 
     def kernel(self, name: str | None) -> None:
         if name is None:

@@ -2,6 +2,7 @@
 kernel that ran beneath it, the math path included, only inside the scope, forward kernels only. Its collectives are
 tested in test_comms.py; the deliberate bugs it catches in real launches in test_negative_controls.py."""
 
+import pytest
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -76,3 +77,21 @@ def test_hooks_and_modes_are_gone_afterwards():
     assert not pipe.transformer._forward_pre_hooks and not pipe.transformer._forward_hooks
     pipe(x)
     assert recorder.executed() == {MATH: 1} and recorder.calls["transformer"] == 1  # nothing after the exit
+
+
+def test_the_math_path_runs_as_it_does_unrecorded():
+    """SDPA's math path takes functional ops under an active dispatch mode, and those broadcast a mask its in-place
+    ops refuse: recorded, the call must fail exactly as it does for a user (an LTX mask under Ulysses 4 did not)."""
+    mask = torch.randn(2, 1, 8, 8)  # broadcasts to more batches than the attention has
+
+    class Masked(torch.nn.Module):
+        def forward(self, x):
+            with sdpa_kernel(SDPBackend.MATH):
+                return torch.nn.functional.scaled_dot_product_attention(x, x, x, attn_mask=mask)
+
+    x = torch.randn(1, 2, 8, 4)
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape") as unrecorded:
+        Masked()(x)
+    with pytest.raises(RuntimeError) as recorded, RunRecorder(Masked()) as recorder:
+        recorder.root(x)
+    assert str(recorded.value) == str(unrecorded.value)
