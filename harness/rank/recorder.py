@@ -69,7 +69,7 @@ class _Called(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is not SDPA:
             return func(*args, **kwargs)
-        if torch._fused_sdp_choice(*args, **kwargs) == MATH_CHOICE:
+        if _sdpa_choice(args, kwargs) == MATH_CHOICE:
             # SDPA's math path sees an active dispatch mode and swaps its in-place ops for functional ones, which
             # broadcast where the in-place ones refuse (an LTX mask under Ulysses 4 then fails later, elsewhere):
             # the dispatch mode steps aside, so this call runs as it does for a user.
@@ -85,6 +85,23 @@ class _Called(TorchFunctionMode):
 
 
 MATH_CHOICE = int(torch.nn.attention.SDPBackend.MATH)  # what torch._fused_sdp_choice answers for the math path
+
+
+def _sdpa_choice(args: tuple, kwargs: dict) -> int | None:
+    """The kernel SDPA will pick for this call, asked the way SDPA asks: on the inputs autocast would hand it (SDPA
+    runs in autocast's lower precision). None when the selection refuses (SDPA itself then raises, or serves the
+    call some other way: what the dispatch mode sees decides)."""
+    query = args[0] if args else kwargs.get("query")
+    device = query.device.type if isinstance(query, torch.Tensor) else "cpu"
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        args = tuple(a.to(dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+        kwargs = {k: v.to(dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                  for k, v in kwargs.items()}
+    try:
+        return torch._fused_sdp_choice(*args, **kwargs)
+    except RuntimeError:
+        return None
 
 
 @contextlib.contextmanager

@@ -95,3 +95,22 @@ def test_the_math_path_runs_as_it_does_unrecorded():
     with pytest.raises(RuntimeError) as recorded, RunRecorder(Masked()) as recorder:
         recorder.root(x)
     assert str(recorded.value) == str(unrecorded.value)
+
+
+def test_a_call_under_autocast_is_asked_about_as_sdpa_sees_it():
+    """Autocast hands SDPA its inputs in one lower precision; asked about the raw mixed-dtype inputs, the selection
+    refuses every kernel (a bf16 training case ERRORed so): the recorder asks about what SDPA sees."""
+
+    class Mixed(torch.nn.Module):
+        def forward(self, x):
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION), torch.autocast("cpu", dtype=torch.bfloat16):
+                return torch.nn.functional.scaled_dot_product_attention(x, x.bfloat16(), x)
+
+    x = torch.randn(1, 2, 8, 4)
+    assert _kernels(Mixed(), x) == {FLASH_CPU: 1}
+    assert torch.equal(Mixed()(x), _recorded_output(Mixed(), x))
+
+
+def _recorded_output(module, x):
+    with RunRecorder(module):
+        return module(x)
