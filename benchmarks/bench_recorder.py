@@ -58,11 +58,7 @@ def main() -> None:
                 continue
 
             def recorded(built=built):
-                recorder = RunRecorder(built.module, built.kernel_scope)
-                if built.recorded is not None:
-                    return built.recorded(recorder)
-                with recorder:
-                    return built.run()
+                return built.run_recorded(RunRecorder(built.module, built.kernel_scope))
 
             built.run()  # warm
             plain, with_recording = best_ms(built.run, options.repeat), best_ms(recorded, options.repeat)

@@ -96,7 +96,7 @@ class CaseRecord:
     peak_mem_mb_per_rank: list[float] = field(default_factory=list)
     seconds_per_rank: list[float | None] = field(default_factory=list)
     dispatched: dict[str, int] = field(default_factory=dict)
-    kernels: dict[str, int] | None = None  # None: not profiled
+    kernels: dict[str, int] | None = None  # None: not recorded
     functions: dict[str, int] = field(default_factory=dict)  # module.qualname of each backend function that ran
     expected_function: str | None = None  # what diffusers registered for the requested backend
     comms: dict[str, dict[str, list[int]]] | None = None  # module -> collective -> [count, bytes] (None: 1 rank)

@@ -62,7 +62,7 @@ class CaseResult:
     first_divergence: str | None = None  # localized: the first module whose output left the single-device run's
     dispatched: str = ""
     kernels: str = ""
-    comms: str = ""  # the collectives of the proof run (harness.rank.comms_check.totals); "" on one rank
+    comms: str = ""  # the collectives of the case's run (harness.rank.comms_check.totals); "" on one rank
     reason: str = ""
     seconds: float | None = None
     peak_mem_mb: float | None = None

@@ -28,6 +28,13 @@ class Built:
     forward: Callable[[], Any] | None = None  # what localization traces module by module (None: `run`)
     loss: Callable[[], Any] | None = None  # a differentiable loss: localization traces the backward too (train)
 
+    def run_recorded(self, recording) -> Any:
+        """`run` once, with `recording` (harness.rank.recorder) around the part the proof covers."""
+        if self.recorded is not None:
+            return self.recorded(recording)
+        with recording:
+            return self.run()
+
 
 @dataclass(frozen=True)
 class Policy:

@@ -5,6 +5,7 @@ through its kind, apply the layout, run it, prove what ran, and measure against 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 from collections import Counter
 from dataclasses import replace
@@ -71,11 +72,7 @@ class CaseWork:
             self._sync(reset_peak=True)
             forward_started = time.perf_counter()
             # The proof is recorded in this very run (harness.rank.recorder: a few ms a case), never in a second one.
-            if built.recorded is not None:
-                output = built.recorded(recorder)
-            else:
-                with recorder:
-                    output = built.run()
+            output = built.run_recorded(recorder)
             self._sync()
             forward_s, seconds = time.perf_counter() - forward_started, time.perf_counter() - started
             self.phases["forward"] += forward_s
@@ -196,8 +193,6 @@ class CaseWork:
             self._share(key)
 
     def _baseline_file(self, key: tuple) -> Path:
-        import hashlib
-
         return self.shared / (hashlib.sha256(repr(key).encode()).hexdigest()[:24] + ".pt")
 
     def _shared_baseline(self, key: tuple):
