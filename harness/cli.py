@@ -220,11 +220,12 @@ def cmd_backends(args) -> int:
         print("  ".join(value.ljust(width) for value, width in zip(line, widths, strict=False)) + "  " + line[-1])
     usable = sum(row["fp32"] == "usable" or row["bf16"] == "usable" for row in rows)
     print(f"\n{usable} of {len(rows)} backends usable on {backends.default_device().type}")
-    backends.install_dispatch_counters()  # reads which function diffusers registered under each name
     problems = backends.registry_problems()
-    for problem in problems:
+    for problem in dict.fromkeys(problems.values()):
         print(f"registry: {problem}")
-    print(f"registry: {len(backends.DEFINED)} names, each with a function of its own" if not problems else "")
+    if not problems:
+        print(f"registry: {len(backends.registry_held())} names, each holding the function the harness's catalogue "
+              "says it must")
     return 0
 
 

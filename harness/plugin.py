@@ -153,11 +153,20 @@ def check_parity(planned, results) -> None:
             pytest.fail(f"{result.case_id}: XPASS(strict): {result.reason}", pytrace=False)
         return  # reported as XPASS by pytest_runtest_makereport
     if result.status.is_bad:
-        numbers = ""
-        if result.max_abs_err is not None:
-            numbers = f" max_abs_err={result.max_abs_err:.3g} mean_abs_err={result.mean_abs_err:.3g} " \
-                      f"tolerance={result.tolerance}"
-        pytest.fail(f"{result.case_id}: {result.status.value}{numbers}: {result.reason}\n"
-                    f"details: reports/results.json; rerun alone: harness run --models {result.model} "
-                    f"--layouts {result.layout} --backends {result.backend} --dtypes {result.dtype}", pytrace=False)
+        pytest.fail(f"{result.case_id}: {result.status.value}{_numbers(result)}: {result.reason}\n"
+                    f"details: reports/results.json; rerun alone: {rerun_command(result)}", pytrace=False)
     assert result.status is Status.PASS
+
+
+def _numbers(result) -> str:
+    """The figures the case has (a train case has no mean abs error), each with its name."""
+    figures = {"max_abs_err": result.max_abs_err, "mean_abs_err": result.mean_abs_err, "loss_err": result.loss_err,
+               "grad_err": result.grad_err, "ssim": result.ssim, "tolerance": result.tolerance}
+    shown = " ".join(f"{name}={value:.3g}" for name, value in figures.items() if isinstance(value, int | float))
+    return f" {shown}" if shown else ""
+
+
+def rerun_command(result) -> str:
+    """The `harness run` that runs exactly this case's model, shape, layout, backend, dtype and kind."""
+    return (f"harness run --models {result.model} --shapes {result.shape} --layouts {result.layout} "
+            f"--backends {result.backend} --dtypes {result.dtype} --kinds {result.kind}")

@@ -58,6 +58,12 @@ def case_id(model: str, shape: str, layout: str, backend: str, dtype: str, kind:
     return f"{name}/{layout}/{backend}/{dtype}/{kind}" + (f"+{fault}" if fault else "")
 
 
+def without_fault(case_id: str) -> str:
+    """The id of the case a negative control injected its fault into (the id itself when there is none)."""
+    head, _, last = case_id.rpartition("/")
+    return f"{head}/{last.partition('+')[0]}"
+
+
 @dataclass
 class GroupSpec:
     """What one torchrun launch is given (group.json): where to write, where the references are, its cases."""
@@ -98,7 +104,7 @@ class CaseRecord:
     dispatched: dict[str, int] = field(default_factory=dict)
     kernels: dict[str, int] | None = None  # None: not recorded
     functions: dict[str, int] = field(default_factory=dict)  # module.qualname of each backend function that ran
-    expected_function: str | None = None  # what diffusers registered for the requested backend
+    expected_function: str | None = None  # what the requested backend must hold (harness.catalogue.backends)
     comms: dict[str, dict[str, list[int]]] | None = None  # module -> collective -> [count, bytes] (None: 1 rank)
     comms_expected: list[dict] = field(default_factory=list)  # the layout's minimums (harness.rank.comms_check)
     output_placements: str | None = None  # the output was a DTensor with these placements (diffusers returns plain)

@@ -64,6 +64,8 @@ class CaseResult:
     kernels: str = ""
     comms: str = ""  # the collectives of the case's run (harness.rank.comms_check.totals); "" on one rank
     reason: str = ""
+    # Each failed check (harness.core.evidence.Evidence as a dict; `known`: the entry that excuses it)
+    evidence: list[dict[str, Any]] = field(default_factory=list)
     seconds: float | None = None
     peak_mem_mb: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)

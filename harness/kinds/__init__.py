@@ -6,7 +6,7 @@ Callers look a kind up once (`kind_of(case.kind)`) and call it; adding a kind is
 from __future__ import annotations
 
 from harness.core.errors import HarnessError
-from harness.kinds.base import Built, Kind, Policy
+from harness.kinds.base import COMMON_CHECKS, Built, Check, Kind, Policy
 from harness.kinds.image import ImageKind
 from harness.kinds.tensor import TensorKind
 from harness.kinds.train import TrainKind
@@ -21,4 +21,12 @@ def kind_of(name: str) -> Kind:
         raise HarnessError(f"unknown kind {name!r}; valid kinds: {', '.join(KINDS)}") from None
 
 
-__all__ = ["KINDS", "Built", "Kind", "Policy", "kind_of"]
+def known_checks() -> dict[str, Check]:
+    """Every check a case can fail, by name."""
+    found = dict(COMMON_CHECKS)
+    for kind in KINDS.values():
+        found.update(kind.checks)
+    return found
+
+
+__all__ = ["KINDS", "Built", "Check", "Kind", "Policy", "kind_of", "known_checks"]

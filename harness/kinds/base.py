@@ -9,9 +9,10 @@ from typing import Any
 
 import torch
 
+from harness.core.evidence import Evidence
 from harness.core.records import Case
 from harness.core.reference import Reference
-from harness.core.results import CaseResult, Status
+from harness.core.results import CaseResult
 
 
 @dataclass
@@ -27,6 +28,7 @@ class Built:
     recorded: Callable[[Any], Any] | None = None
     forward: Callable[[], Any] | None = None  # what localization traces module by module (None: `run`)
     loss: Callable[[], Any] | None = None  # a differentiable loss: localization traces the backward too (train)
+    twin: Callable[[str], None] | None = None  # makes this build the noise draw of that name (harness.rank.noise)
 
     def run_recorded(self, recording) -> Any:
         """`run` once, with `recording` (harness.rank.recorder) around the part the proof covers."""
@@ -46,6 +48,20 @@ class Policy:
     budget_max_factor: float = 1.5
     train_limits: dict[str, float] | None = None  # loss_rel, grad_rel, weight_abs (train cases)
     exact: bool = False  # train, fp32: losses must equal the reference's bit for bit
+    noise_factor: float = 2.0  # train, low precision: most a figure may be of its dtype's measured noise
+
+
+@dataclass(frozen=True)
+class Check:
+    """A check a case can fail: what its failures name (its subjects, e.g. "parameters"; "" for the case as a whole)
+    and whether it has a figure (a known issue then gives the band it excuses)."""
+
+    subjects: str = ""
+    figure: bool = True
+
+
+# The checks every kind's cases get besides its own (harness.run.verdict).
+COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output placements", figure=False)}
 
 
 class Kind:
@@ -53,6 +69,9 @@ class Kind:
 
     name: str = ""
     help: str = ""
+    # The checks `judge` runs, each failure an Evidence item. Known-issue entries may excuse these by name
+    # (harness.run.known_issues).
+    checks: dict[str, Check] = {}
     cost_s: float = 0.4  # rough seconds of one case on one rank, to balance the parts of `--shard K/N`
 
     def unavailable(self) -> str | None:
@@ -108,16 +127,23 @@ class Kind:
         tensor = output if isinstance(output, torch.Tensor) else torch.as_tensor(output)
         return tensor.detach().float().cpu().contiguous()
 
-    def measure(self, output, reference: Reference, baseline, case: Case, images_dir: Path | None) -> dict:
-        """What this kind measures against the reference and the single-device baseline (a value, or its error)."""
+    def measure(self, output, reference: Reference, baseline, case: Case, images_dir: Path | None,
+                draws: dict | None = None) -> dict:
+        """What this kind measures against the reference and the single-device baseline (a value, or its error),
+        and against the other draws of its dtype's noise that `draws_for` asks for ({name: output or error})."""
         raise NotImplementedError
 
-    def judge(self, result: CaseResult, metrics: dict, policy: Policy) -> tuple[Status, str]:
-        """Fill the result's figures from `metrics` and say PASS or FAIL with the reason."""
+    def draws_for(self, case: Case) -> tuple[str, ...]:
+        """The other single-device noise draws the case is judged by (harness.rank.noise); none by default."""
+        return ()
+
+    def judge(self, result: CaseResult, metrics: dict, policy: Policy) -> list[Evidence]:
+        """Fill the result's figures from `metrics`, run every check, and return one item for each that failed
+        (none: PASS)."""
         raise NotImplementedError
 
-    def rank_tolerance(self, result: CaseResult) -> float:
-        """How far another rank's output may be from rank 0's."""
+    def rank_tolerance(self, result: CaseResult) -> float | None:
+        """How far another rank's output may be from rank 0's (None: the kind's own judge compares the ranks)."""
         return result.tolerance or 0.0
 
     def cell(self, result: CaseResult) -> str:

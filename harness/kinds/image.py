@@ -13,10 +13,11 @@ import numpy as np
 import torch
 
 from harness.core import determinism
+from harness.core.evidence import Evidence
 from harness.core.records import Case
 from harness.core.reference import Reference, reference_meta, reference_path, write_reference
-from harness.core.results import CaseResult, Status
-from harness.kinds.base import Built, Kind, Policy
+from harness.core.results import CaseResult
+from harness.kinds.base import Built, Check, Kind, Policy
 from harness.rank.image_metrics import diff_image, image_metrics, scalar_metrics, to_png, violations
 
 
@@ -53,6 +54,8 @@ def run_pipe(pipe, model: str) -> np.ndarray:
 class ImageKind(Kind):
     name = "image"
     help = "a whole tiny pipeline, judged on the picture"
+    checks = {"nonfinite": Check(), "ssim": Check("comparisons"), "psnr": Check("comparisons"),
+              "max_pixel_err": Check("comparisons")}
     cost_s = 0.45  # the quick plan's recorded case seconds: 0.36 s on one rank, 0.77 s on four
 
     def unavailable(self) -> str | None:
@@ -98,7 +101,7 @@ class ImageKind(Kind):
     def detach(self, output):
         return output
 
-    def measure(self, output, reference, baseline, case, images_dir) -> dict:
+    def measure(self, output, reference, baseline, case, images_dir, draws=None) -> dict:
         """Against the fp32 picture and, for low precision, against the same-dtype single-device picture."""
         expected = reference.output.numpy()
         full = image_metrics(output, expected)
@@ -112,23 +115,27 @@ class ImageKind(Kind):
             metrics["images"] = _write_pngs(output, expected, full["ssim_map"], images_dir, slug(case.case_id))
         return metrics
 
-    def judge(self, result: CaseResult, metrics: dict, policy: Policy) -> tuple[Status, str]:
+    def judge(self, result: CaseResult, metrics: dict, policy: Policy) -> list[Evidence]:
         limits = policy.image_limits
         for key in ("ssim", "psnr", "max_abs_err", "mean_abs_err", "nonfinite"):
             setattr(result, key, metrics.get(key))
         result.tolerance = limits["max_abs_err_max"]
         result.extra.update({key: metrics[key] for key in ("images", "baseline", "vs_baseline") if key in metrics})
+        found = []
         if result.nonfinite:
-            return Status.FAIL, f"image has {result.nonfinite} non-finite values (NaN/Inf)"
+            found.append(Evidence("nonfinite", f"image has {result.nonfinite} non-finite values (NaN/Inf)",
+                                  value=result.nonfinite, limit=0))
+        against = [("vs fp32 reference", metrics)]
         if "baseline_error" in metrics:  # low precision is judged against its own single-device picture too
-            return Status.ERROR, (f"cannot judge: the single-device {result.dtype} picture failed "
-                                  f"({metrics['baseline_error']})")
-        broken = [f"vs fp32 reference: {text}" for text in violations(metrics, limits)]
-        if "vs_baseline" in metrics:
+            found.append(Evidence("cannot_judge", f"cannot judge: the single-device {result.dtype} picture failed "
+                                                  f"({metrics['baseline_error']})"))
+        elif "vs_baseline" in metrics:
             result.baseline_err = metrics["baseline"]["mean_abs_err"]
-            broken += [f"vs single-device {result.dtype}: {text}" for text in violations(metrics["vs_baseline"],
-                                                                                         limits)]
-        return (Status.FAIL, "; ".join(broken)) if broken else (Status.PASS, "")
+            against.append((f"vs single-device {result.dtype}", metrics["vs_baseline"]))
+        for subject, measured in against:
+            found += [Evidence(check, f"{subject}: {text}", subject, value, limit)
+                      for check, value, limit, text in violations(measured, limits)]
+        return found
 
     def cell(self, result: CaseResult) -> str:
         return f" ssim {result.ssim:.4f}" if result.ssim is not None else super().cell(result)

@@ -14,10 +14,11 @@ import torch
 from harness.catalogue.zoo import get_spec
 from harness.core import determinism
 from harness.core.dtypes import torch_dtype
+from harness.core.evidence import Evidence
 from harness.core.records import Case
 from harness.core.reference import Reference, reference_meta, reference_path, write_reference
-from harness.core.results import CaseResult, Status
-from harness.kinds.base import Built, Kind, Policy
+from harness.core.results import CaseResult
+from harness.kinds.base import Built, Check, Kind, Policy
 from harness.rank.compare import abs_err_histogram, tensor_metrics
 
 
@@ -29,6 +30,7 @@ def run_model(model: torch.nn.Module, inputs: dict) -> torch.Tensor:
 class TensorKind(Kind):
     name = "tensor"
     help = "one forward of the transformer"
+    checks = {"nonfinite": Check(), "max_abs_err": Check(), "err_ratio": Check(), "max_err_ratio": Check()}
     cost_s = 0.3  # the quick plan's recorded case seconds: 0.22 s on one rank, 0.62 s on four
 
     def shapes(self, spec, wanted, weights_dir):
@@ -72,7 +74,7 @@ class TensorKind(Kind):
     def detach(self, output):
         return output.float().cpu()
 
-    def measure(self, output, reference, baseline, case, images_dir) -> dict:
+    def measure(self, output, reference, baseline, case, images_dir, draws=None) -> dict:
         output = output.float().cpu()
         metrics = {**tensor_metrics(output, reference.output),
                    "abs_err_hist": abs_err_histogram(output, reference.output)}
@@ -83,7 +85,9 @@ class TensorKind(Kind):
             metrics["vs_baseline_max_abs"] = tensor_metrics(output, baseline)["max_abs_err"]
         return metrics
 
-    def judge(self, result: CaseResult, metrics: dict, policy: Policy) -> tuple[Status, str]:
+    def judge(self, result: CaseResult, metrics: dict, policy: Policy) -> list[Evidence]:
+        """Every check, each failure an item: finite, within the dtype's tolerance and, in low precision, within
+        the error budget of the single-device run of the same dtype, on the mean and on the max."""
         for key in ("max_abs_err", "mean_abs_err", "max_rel_err", "nonfinite"):
             setattr(result, key, metrics[key])
         result.tolerance = policy.tolerance
@@ -91,28 +95,39 @@ class TensorKind(Kind):
         # How far the layout is from the single-device run of the same model: kept on FAIL too, where it tells a
         # changed model (layouts agree, ~1e-7) from a parallel bug.
         result.extra["vs_baseline_max_abs"] = metrics.get("vs_baseline_max_abs")
+        found = []
         if result.nonfinite:
-            return Status.FAIL, f"output has {result.nonfinite} non-finite values (NaN/Inf)"
+            found.append(Evidence("nonfinite", f"output has {result.nonfinite} non-finite values (NaN/Inf)",
+                                  value=result.nonfinite, limit=0))
         if not result.max_abs_err <= result.tolerance:
-            return Status.FAIL, f"max abs err {result.max_abs_err:.3g} > tolerance {result.tolerance:.3g}"
+            found.append(Evidence("max_abs_err", f"max abs err {result.max_abs_err:.3g} > tolerance "
+                                                 f"{result.tolerance:.3g}", value=result.max_abs_err,
+                                  limit=result.tolerance))
         if result.dtype == "fp32":
-            return Status.PASS, ""
+            return found
         baseline = metrics.get("baseline")
         if baseline is None:  # the budget is what separates a broken bf16 layout: without it there is no verdict
-            return Status.ERROR, (f"cannot judge: the single-device {result.dtype} run failed "
-                                  f"({metrics.get('baseline_error')}), so there is no error budget")
+            return [*found, Evidence("cannot_judge", f"cannot judge: the single-device {result.dtype} run failed "
+                                                     f"({metrics.get('baseline_error')}), so there is no error budget")]
         result.baseline_err = baseline["mean_abs_err"]
         result.extra["baseline_max_abs_err"] = baseline["max_abs_err"]
-        result.err_ratio = result.mean_abs_err / result.baseline_err if result.baseline_err > 0 else float("inf")
-        if result.err_ratio > policy.budget_factor:
-            return Status.FAIL, (f"error budget: mean abs err {result.mean_abs_err:.3g} is {result.err_ratio:.2f}x "
-                                 f"the single-device {result.dtype} error {result.baseline_err:.3g} "
-                                 f"(budget {policy.budget_factor}x)")
+        result.err_ratio = _ratio(result.mean_abs_err, result.baseline_err)
+        if not result.err_ratio <= policy.budget_factor:
+            found.append(Evidence("err_ratio", f"error budget: mean abs err {result.mean_abs_err:.3g} is "
+                                               f"{result.err_ratio:.2f}x the single-device {result.dtype} error "
+                                               f"{result.baseline_err:.3g} (budget {policy.budget_factor}x)",
+                                  value=result.err_ratio, limit=policy.budget_factor))
         # A few wrong values hardly move the mean: the max answers to the dtype's own max too.
-        max_ratio = result.max_abs_err / baseline["max_abs_err"] if baseline["max_abs_err"] > 0 else float("inf")
+        max_ratio = _ratio(result.max_abs_err, baseline["max_abs_err"])
         result.extra["max_err_ratio"] = max_ratio
-        if max_ratio > policy.budget_max_factor:
-            return Status.FAIL, (f"error budget: max abs err {result.max_abs_err:.3g} is {max_ratio:.2f}x the "
-                                 f"single-device {result.dtype} max {baseline['max_abs_err']:.3g} "
-                                 f"(budget {policy.budget_max_factor}x)")
-        return Status.PASS, ""
+        if not max_ratio <= policy.budget_max_factor:
+            found.append(Evidence("max_err_ratio", f"error budget: max abs err {result.max_abs_err:.3g} is "
+                                                   f"{max_ratio:.2f}x the single-device {result.dtype} max "
+                                                   f"{baseline['max_abs_err']:.3g} (budget "
+                                                   f"{policy.budget_max_factor}x)",
+                                  value=max_ratio, limit=policy.budget_max_factor))
+        return found
+
+
+def _ratio(value: float, baseline: float) -> float:
+    return value / baseline if baseline > 0 else (0.0 if value == 0 else float("inf"))

@@ -10,6 +10,7 @@ against the single-device run of the same dtype, as tensors are.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 
@@ -18,21 +19,26 @@ import torch
 from harness.catalogue.zoo import get_spec
 from harness.core import determinism
 from harness.core.dtypes import torch_dtype
+from harness.core.evidence import Evidence, per_subject
 from harness.core.records import Case
 from harness.core.reference import Reference, reference_meta, reference_path, write_reference
-from harness.core.results import CaseResult, Status
-from harness.kinds.base import Built, Kind, Policy
-from harness.rank import backends, training
+from harness.core.results import CaseResult
+from harness.kinds.base import Built, Check, Kind, Policy
+from harness.rank import backends, noise, training
 from harness.rank.compare import training_errors
 
 DEFAULT_STEPS = 3
 TRAINED_SHAPES = ("default", "masked")
 _GRAD, _FINAL = "grad.", "final."
+SINGLE = "single"  # the single-device run of the case's dtype, the first of its noise draws
 
 
 class TrainKind(Kind):
     name = "train"
     help = "a few AdamW steps of flow-matching training: losses, gradients and weights"
+    checks = {"nonfinite": Check(), "missing_grad": Check("parameters", figure=False),
+              "ranks_disagree": Check("parameters (or loss)"), "loss_exact": Check(), "loss_rel": Check(),
+              "grad_rel": Check("parameters"), "weight_abs": Check("parameters"), "grad_err_ratio": Check()}
 
     def applies(self, layout) -> bool:
         return True
@@ -103,7 +109,7 @@ class TrainKind(Kind):
         batch = _batch(reference)
         steps = reference.meta["train"]["steps"]
         dtype = None if case.dtype == "fp32" else torch_dtype(case.dtype)
-        state: dict = {}
+        state: dict = {"microbatches": 1, "kernel": contextlib.nullcontext}
 
         def parallelize(mesh) -> None:
             """After diffusers' own `enable_parallelism`: the data-parallel engine, and this rank's samples."""
@@ -116,14 +122,29 @@ class TrainKind(Kind):
             packed = training.packed_parameters(model, case.layout.tp) if mesh is not None and case.layout.tp > 1 \
                 else {}
             state["trainer"] = training.Trainer(wrapped, model, part.to(device), steps, spec, dtype, device, groups,
-                                                packed)
+                                                packed, state["microbatches"])
             state["engine"] = engine
+
+        def twin(draw: str) -> None:
+            """The single-device run as another draw of its dtype's noise (harness.rank.noise)."""
+            name, _, seed = draw.partition(":")
+            if name == "nudged":
+                noise.perturb(model, int(seed))
+            elif name == "microbatch":
+                state["microbatches"] = batch.size
+            elif name == "math_kernel":
+                from torch.nn.attention import SDPBackend, sdpa_kernel
+
+                state["kernel"] = lambda: sdpa_kernel(SDPBackend.MATH)
+            else:
+                raise ValueError(f"unknown noise draw {draw!r}; known: {', '.join(noise.DRAWS)}")
 
         def recorded(recording=None) -> dict:
             """K steps; the proof's recording covers step 1's forward and backward (the optimizer is not diffusers')."""
             if "trainer" not in state:  # the single-device baseline runs without a layout
                 parallelize(None)
-            return {**state["trainer"].run(recording), "engine": state["engine"]}
+            with state["kernel"]():
+                return {**state["trainer"].run(recording), "engine": state["engine"]}
 
         def forward() -> torch.Tensor:
             if "trainer" not in state:
@@ -131,7 +152,7 @@ class TrainKind(Kind):
             return state["trainer"].first_forward()
 
         return Built(model, recorded, cp_plan=spec.context_parallel_plan(model.config), parallelize=parallelize,
-                     recorded=recorded, forward=forward, loss=forward)
+                     recorded=recorded, forward=forward, loss=forward, twin=twin)
 
     def detach(self, output):
         return output
@@ -142,95 +163,118 @@ class TrainKind(Kind):
                                               for name in sorted(output[key])]
         return torch.cat(parts).contiguous()
 
-    def measure(self, output, reference, baseline, case, images_dir) -> dict:
+    def measure(self, output, reference, baseline, case, images_dir, draws=None) -> dict:
+        """Against the fp32 reference; in low precision also the single-device run of the same dtype (`baseline`)
+        and the other draws of its noise (`draws`), whose largest errors set the limits."""
         expected = _expected(reference)
         metrics = training_errors(output, *expected)
         metrics.update(losses=output["losses"].tolist(), reference_losses=reference.output.tolist(),
                        engine=output.get("engine"), disagreement=output.get("disagreement", {}))
-        if isinstance(baseline, str):
-            metrics["baseline_error"] = baseline
-        else:
-            baseline_errors = training_errors(baseline, *expected)
-            metrics["baseline"] = {key: value for key, value in baseline_errors.items() if key != "param_errors"}
-            metrics["baseline_losses"] = baseline["losses"].tolist()
-            metrics["baseline_param_errors"] = {name: value["rel_l2"]
-                                                for name, value in baseline_errors["param_errors"].items()}
+        if case.dtype == "fp32":
+            return metrics
+        metrics["noise"], metrics["noise_errors"] = {}, {}
+        for name, run in {SINGLE: baseline, **(draws or {})}.items():
+            if isinstance(run, str):
+                metrics["noise_errors"][name] = run
+                continue
+            errors = training_errors(run, *expected)
+            metrics["noise"][name] = {"loss_rel_err": errors["loss_rel_err"], "grad_err": errors["grad_err"],
+                                      "params": {key: value["rel_l2"] for key, value in errors["param_errors"].items()}}
+            if name == SINGLE:
+                metrics["baseline_losses"] = run["losses"].tolist()
         return metrics
 
-    def judge(self, result: CaseResult, metrics: dict, policy: Policy) -> tuple[Status, str]:
-        """fp32: every figure within its limit (and bitwise-equal losses with `exact`). Low precision: the loss, all
-        gradients together, and each parameter's gradient within the budget of the single-device run of the same
-        dtype, above the dtype's noise floor (the weights after a few AdamW steps are noise in low precision: its
-        first steps move every weight by about the learning rate, whatever the sign noise). Always: no NaN/Inf, a
-        gradient for every parameter, and ranks that agree bit for bit on every plain parameter."""
+    def draws_for(self, case: Case) -> tuple[str, ...]:
+        """Low precision is judged against the noise of its dtype: the single-device run and these other draws."""
+        return noise.DRAWS if case.dtype != "fp32" else ()
+
+    def judge(self, result: CaseResult, metrics: dict, policy: Policy) -> list[Evidence]:
+        """Every check, each failure an item naming its parameter. Always: no NaN/Inf, a gradient for every
+        parameter, and ranks that agree bit for bit on the losses and every plain parameter. fp32: the loss, each
+        parameter's gradient and weights within their limits (bitwise-equal losses with `exact`). Low precision
+        (mixed precision): the loss, all gradients together and each parameter's gradient within the budget of the
+        noise the dtype alone makes, measured by two single-device runs of the dtype (the weights after a few AdamW
+        steps are noise in low precision: its first steps move every weight by about the learning rate, whatever
+        the sign noise)."""
         limits = policy.train_limits
         result.loss_err, result.grad_err = metrics["loss_rel_err"], metrics["grad_err"]
         result.worst_param, result.nonfinite = metrics["worst_param"], metrics["nonfinite"]
-        result.max_abs_err, result.tolerance = metrics["weight_max_abs_err"], limits["grad_rel"]
-        result.extra["train"] = _figures(metrics)
+        result.max_abs_err = metrics["weight_max_abs_err"]
+        found = []
         if result.nonfinite:
-            return Status.FAIL, f"training produced {result.nonfinite} non-finite values (NaN/Inf)"
-        if metrics["missing"]:
-            return Status.FAIL, f"no gradient for {_names(metrics['missing'])}"
-        if metrics["disagreement"]:
-            spread = metrics["disagreement"]
-            return Status.FAIL, (f"the ranks disagree on the plain parameter(s) {_names(spread, spread)}: each rank "
-                                 f"trains its own copy")
+            found.append(Evidence("nonfinite", f"training produced {result.nonfinite} non-finite values (NaN/Inf)",
+                                  value=result.nonfinite, limit=0))
+        found += [Evidence("missing_grad", f"no gradient for {name}", name) for name in metrics["missing"]]
+        found += per_subject("ranks_disagree", metrics["disagreement"], 0.0,
+                             "the ranks disagree on {subject} (each rank trains its own copy) by", ">")
         if result.dtype == "fp32":
-            return self._judge_fp32(metrics, limits, policy.exact)
-        baseline = metrics.get("baseline")
-        if baseline is None:
-            return Status.ERROR, (f"cannot judge: the single-device {result.dtype} training failed "
-                                  f"({metrics.get('baseline_error')}), so there is no error budget")
-        result.baseline_err = baseline["grad_err"]
-        result.err_ratio = _ratio(result.grad_err, baseline["grad_err"])
-        broken = []
-        if result.err_ratio > policy.budget_factor:
-            broken.append(f"gradients: rel L2 err {result.grad_err:.3g} is {result.err_ratio:.2f}x the single-device "
-                          f"{result.dtype} {baseline['grad_err']:.3g} (budget {policy.budget_factor}x)")
-        if metrics["loss_rel_err"] > max(policy.budget_max_factor * baseline["loss_rel_err"], limits["loss_rel"]):
-            broken.append(f"loss: rel err {metrics['loss_rel_err']:.3g} > {policy.budget_max_factor}x the "
-                          f"single-device {result.dtype} {baseline['loss_rel_err']:.3g} "
-                          f"(floor {limits['loss_rel']:.3g})")
-        own = metrics.get("baseline_param_errors", {})
-        wrong = {name: value["rel_l2"] for name, value in metrics["param_errors"].items()
-                 if value["rel_l2"] > max(policy.budget_max_factor * own.get(name, 0.0), limits["grad_rel"])}
-        if wrong:
-            broken.append(f"gradient of {_names(wrong, wrong)} (rel L2 err) beyond {policy.budget_max_factor}x the "
-                          f"single-device {result.dtype} and the floor {limits['grad_rel']:.3g}")
-        return (Status.FAIL, "; ".join(broken)) if broken else (Status.PASS, "")
+            result.tolerance = limits["grad_rel"]
+            found += self._judge_fp32(metrics, limits, policy.exact)
+        else:
+            found += self._judge_low_precision(result, metrics, policy)
+        result.extra["train"] = _figures(metrics, self._limits(metrics, policy, result.dtype))
+        return found
 
     @staticmethod
-    def _judge_fp32(metrics: dict, limits: dict, exact: bool) -> tuple[Status, str]:
-        broken = []
+    def _judge_fp32(metrics: dict, limits: dict, exact: bool) -> list[Evidence]:
+        found = []
         if exact and not metrics["loss_bitwise_equal"]:
-            broken.append(f"losses not bitwise equal to the reference (exact; max abs diff "
-                          f"{metrics['loss_abs_err']:.3g})")
-        if metrics["loss_rel_err"] > limits["loss_rel"]:
-            broken.append(f"loss: rel err {metrics['loss_rel_err']:.3g} > {limits['loss_rel']:.3g}")
-        wrong = {name: value["rel_l2"] for name, value in metrics["param_errors"].items()
-                 if value["rel_l2"] > limits["grad_rel"]}
-        if wrong:
-            broken.append(f"gradient of {_names(wrong, wrong)} (rel L2 err) > {limits['grad_rel']:.3g}")
-        if metrics["weight_max_abs_err"] > limits["weight_abs"]:
-            broken.append(f"weights after the last step: max abs err {metrics['weight_max_abs_err']:.3g} > "
-                          f"{limits['weight_abs']:.3g}")
-        return (Status.FAIL, "; ".join(broken)) if broken else (Status.PASS, "")
+            found.append(Evidence("loss_exact", f"losses not bitwise equal to the reference (exact; max abs diff "
+                                                f"{metrics['loss_abs_err']:.3g})", value=metrics["loss_abs_err"],
+                                  limit=0.0))
+        if not metrics["loss_rel_err"] <= limits["loss_rel"]:
+            found.append(Evidence("loss_rel", f"loss: rel err {metrics['loss_rel_err']:.3g} > {limits['loss_rel']:.3g}",
+                                  value=metrics["loss_rel_err"], limit=limits["loss_rel"]))
+        found += per_subject("grad_rel", {name: value["rel_l2"] for name, value in metrics["param_errors"].items()},
+                             limits["grad_rel"], "gradient of {subject} (rel L2 err)")
+        found += per_subject("weight_abs", metrics["weight_errors"], limits["weight_abs"],
+                             "weights of {subject} after the last step (max abs err)")
+        return found
 
-    def rank_tolerance(self, result: CaseResult) -> float:
-        """A correct training loop leaves every rank with the same numbers, bit for bit (all-reduced gradients,
-        gathered DTensors): any difference is a bug."""
-        return 0.0
+    def _judge_low_precision(self, result: CaseResult, metrics: dict, policy: Policy) -> list[Evidence]:
+        if metrics["noise_errors"]:
+            failed = "; ".join(f"{name}: {error}" for name, error in metrics["noise_errors"].items())
+            return [Evidence("cannot_judge", f"cannot judge: the single-device {result.dtype} training failed "
+                                             f"({failed}), so there is no measure of its noise")]
+        limit = self._limits(metrics, policy, result.dtype)
+        noise_err = max(run["grad_err"] for run in metrics["noise"].values())
+        result.baseline_err, result.tolerance = noise_err, limit["grad_err"]
+        result.err_ratio = _ratio(result.grad_err, noise_err)
+        found, dtype, times = [], result.dtype, policy.noise_factor
+        if not result.err_ratio <= policy.budget_factor:
+            found.append(Evidence("grad_err_ratio", f"gradients: rel L2 err {result.grad_err:.3g} is "
+                                                    f"{result.err_ratio:.2f}x the single-device {dtype} noise "
+                                                    f"{noise_err:.3g} (budget {policy.budget_factor}x)",
+                                  value=result.err_ratio, limit=policy.budget_factor))
+        if not metrics["loss_rel_err"] <= limit["loss_rel"]:
+            found.append(Evidence("loss_rel", f"loss: rel err {metrics['loss_rel_err']:.3g} > {limit['loss_rel']:.3g} "
+                                              f"({times}x the single-device {dtype} noise)",
+                                  value=metrics["loss_rel_err"], limit=limit["loss_rel"]))
+        found += per_subject("grad_rel", {name: value["rel_l2"] for name, value in metrics["param_errors"].items()},
+                             limit["params"], f"gradient of {{subject}} (rel L2 err, {times}x the single-device "
+                                              f"{dtype} noise)")
+        return found
+
+    @staticmethod
+    def _limits(metrics: dict, policy: Policy, dtype: str) -> dict:
+        """The limits a case answered to: fp32 the fixed ones; low precision `noise_factor` x the largest error
+        of the single-device runs of its dtype (its noise, measured: harness.rank.noise), per parameter and for the
+        loss, and `budget_factor` x theirs for all gradients together."""
+        runs = list(metrics.get("noise", {}).values())
+        if dtype == "fp32" or not runs or metrics.get("noise_errors"):
+            return {"params": {}, "loss_rel": (policy.train_limits or {}).get("loss_rel"), "grad_err": None}
+        return {"params": {name: policy.noise_factor * max(run["params"].get(name, 0.0) for run in runs)
+                           for name in metrics["param_errors"]},
+                "loss_rel": policy.noise_factor * max(run["loss_rel_err"] for run in runs),
+                "grad_err": policy.budget_factor * max(run["grad_err"] for run in runs)}
+
+    def rank_tolerance(self, result: CaseResult) -> float | None:
+        """None: the judge compares what the ranks end with itself, bit for bit and by name (the losses and every
+        plain parameter; a DTensor is one value once gathered), so a generic comparison would only repeat it."""
+        return None
 
     def cell(self, result: CaseResult) -> str:
         return f" g{result.grad_err:.0e}" if result.grad_err is not None else ""
-
-
-def _names(names, values: dict | None = None, most: int = 3) -> str:
-    """The first few names, worst first when `values` are given, with how many more."""
-    ordered = sorted(names, key=lambda name: -values[name]) if values else list(names)
-    shown = ", ".join(f"{name} ({values[name]:.3g})" if values else name for name in ordered[:most])
-    return shown + (f" and {len(ordered) - most} more" if len(ordered) > most else "")
 
 
 def _ratio(value: float, baseline: float) -> float:
@@ -255,16 +299,26 @@ def _expected(reference: Reference) -> tuple:
     return reference.output, gradients, weights
 
 
-def _figures(metrics: dict) -> dict:
-    """What the report shows of a train case: the loss curves, the ten worst gradients, and the other figures."""
+def _figures(metrics: dict, limits: dict) -> dict:
+    """What the report shows of a train case: the loss curves, the ten worst gradients (with the limit each answered
+    to and the largest single-device noise draw in low precision), the tightest margin to a limit, and the other
+    figures."""
     worst = sorted(metrics["param_errors"].items(), key=lambda item: -item[1]["rel_l2"])[:10]
-    baseline = metrics.get("baseline_param_errors", {})
+    runs, params = metrics.get("noise", {}), limits["params"]
+    closest = max(((value["rel_l2"] / params[name], name) for name, value in metrics["param_errors"].items()
+                   if params.get(name)), default=None)
     return {
         "losses": metrics["losses"], "reference_losses": metrics["reference_losses"],
         "baseline_losses": metrics.get("baseline_losses"),
         "worst_gradients": [{"param": name, "rel_l2": value["rel_l2"], "max_abs": value["max_abs"],
-                             "baseline_rel_l2": baseline.get(name)} for name, value in worst],
+                             "baseline_rel_l2": runs[SINGLE]["params"].get(name) if SINGLE in runs else None,
+                             "noise_rel_l2": max((run["params"].get(name, 0.0) for run in runs.values()),
+                                                 default=None),
+                             "limit": params.get(name)} for name, value in worst],
+        "closest_to_limit": None if closest is None else {"param": closest[1], "ratio": closest[0]},
+        "loss_limit": limits["loss_rel"],
+        "noise": {name: {"loss_rel_err": run["loss_rel_err"], "grad_err": run["grad_err"]}
+                  for name, run in runs.items()} or None,
         **{key: metrics.get(key) for key in ("loss_abs_err", "loss_bitwise_equal", "grad_max_abs_err",
                                              "weight_max_abs_err", "engine", "disagreement", "missing")},
-        "baseline": metrics.get("baseline"),
     }

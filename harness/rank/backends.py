@@ -167,7 +167,6 @@ def first_line(error: BaseException) -> str:
 
 _counters: Counter = Counter()  # by the registry name a call went through
 _functions: Counter = Counter()  # by the identity (module.qualname) of the function that actually ran
-DEFINED: dict[str, str] = {}  # backend name -> identity of the function diffusers registered for it
 
 
 def identity(fn) -> str:
@@ -176,12 +175,11 @@ def identity(fn) -> str:
 
 def install_dispatch_counters() -> None:
     """Wrap every registered backend function once per process, so every call through diffusers is counted, by
-    name and by the function that ran; what diffusers registered is kept to check both against."""
+    name and by the function that ran (the wrapper keeps the function's identity)."""
     backends = registry()._backends
     for name, fn in list(backends.items()):
         if getattr(fn, "_harness_counted", False):
             continue
-        DEFINED.setdefault(getattr(name, "value", name), identity(fn))
         backends[name] = _counted(getattr(name, "value", name), fn)
 
 
@@ -211,14 +209,26 @@ def functions_run() -> dict[str, int]:
     return dict(sorted(_functions.items()))
 
 
-def registry_problems() -> list[str]:
-    """Registry entries that cannot be told apart by their function: two names holding one function (a dispatch
-    counted under either name proves nothing about which was meant)."""
-    holders: dict[str, list[str]] = {}
-    for name, ran in DEFINED.items():
-        holders.setdefault(ran, []).append(name)
-    return [f"backends {', '.join(sorted(names))} share one function {ran}" for ran, names in sorted(holders.items())
-            if len(names) > 1]
+def registry_held() -> dict[str, str]:
+    """{backend name: identity of the function diffusers' registry holds for it}, as it stands now."""
+    return {getattr(name, "value", name): identity(fn) for name, fn in registry()._backends.items()}
+
+
+def registry_problems() -> dict[str, str]:
+    """{name: problem} for every registry entry that does not hold the function the catalogue says it must
+    (harness.catalogue.backends): a case of such a backend proves nothing by the function that ran."""
+    from harness.catalogue import backends as catalogue
+    from harness.core.compat import installed_version
+
+    return catalogue.registry_problems(registry_held(), installed_version())
+
+
+def expected_function(name: str) -> str | None:
+    """The function the catalogue says backend `name` must hold in the installed diffusers (None: not catalogued)."""
+    from harness.catalogue import backends as catalogue
+    from harness.core.compat import installed_version
+
+    return catalogue.expected_function(name, installed_version())
 
 
 def reset_active_backend() -> None:

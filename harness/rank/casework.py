@@ -84,7 +84,7 @@ class CaseWork:
             output = output.full_tensor()
         return output, {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched,
                         "kernels": recorder.executed(), "output_placements": placements, "functions": functions,
-                        "expected_function": backends.DEFINED.get(case.backend), **proof}
+                        "expected_function": backends.expected_function(case.backend), **proof}
 
     @staticmethod
     def _prove_comms(case: Case, built, recorder: RunRecorder) -> dict:
@@ -123,12 +123,12 @@ class CaseWork:
                             if name.endswith(".weight") and dim == side} for side in (0, 1))
         lengths = kind.split_lengths(case) if case.layout.is_context_parallel else None
         streams = tuple((lengths or {}).values())
-        found = localize.localize(gathered, single, own, outputs, streams)
+        found = localize.localize(gathered, single, own, outputs, streams, data_parallel=case.layout.dp)
         if gathered_grads is not None:  # backward order: the first module whose backward hands on a wrong gradient
             found["backward"] = localize.localize(gathered_grads, single_grads, own_grads, inputs, streams,
-                                                  gradients=True)
-            if found["line"] is None and found["backward"]["line"] is not None:
-                found["line"] = f"backward: {found['backward']['line']}"
+                                                  gradients=True, data_parallel=case.layout.dp,
+                                                  called={name for name, _, _ in single})
+        found["summary"] = localize.summary(found)
         if untraced is not None:
             found["backward_untraced"] = untraced
         return found
@@ -156,32 +156,37 @@ class CaseWork:
             backends.reset_active_backend()
 
     def measure(self, case: Case, output) -> dict:
-        """The kind's metrics against the reference and the single-device baseline of the case's dtype."""
+        """The kind's metrics against the reference and the single-device baseline of the case's dtype (and its
+        noise twin where the kind judges by the spread of the two)."""
         kind = kind_of(case.kind)
         self._offer_baseline(case, output)
         reference, baseline = self.reference(case), self.baseline(case)
+        draws = {name: self.baseline(case, draw=name) for name in kind.draws_for(case)}
         with self.phase("metrics and images"):
-            return kind.measure(output, reference, baseline, case, self.images_dir)
+            return kind.measure(output, reference, baseline, case, self.images_dir, draws)
 
-    def baseline(self, case: Case):
+    def baseline(self, case: Case, draw: str | None = None):
         """What the dtype alone costs (rank 0 only): the single-device output in the case's dtype, with the case's
         backend for a parallel layout, or with `native` SDPA when the case compares a backend on a single device.
         Computed once per run: kept here for this launch, and handed to later launches through `shared` (the
         one-rank launch runs first, and its cases' own outputs are most of the baselines the others need). A
-        failure is kept as its message, reported with the case, never fatal."""
+        failure is kept as its message, reported with the case, never fatal. `draw`: the same run with other
+        rounding noise (harness.rank.noise)."""
         backend = case.backend if case.layout.world_size > 1 else "native"
-        key = self._baseline_key(case, backend, case.fault if case.fault in faults.MODEL_CHANGES else None)
+        model_change = case.fault if case.fault in faults.MODEL_CHANGES else None
+        key = self._baseline_key(case, backend, model_change, draw)
         if key not in self.baselines:
             with self.phase("baselines"):
                 self.baselines[key] = self._shared_baseline(key)
                 if self.baselines[key] is None:
-                    self.baselines[key] = self._compute_baseline(kind_of(case.kind), case, backend, key[-1])
+                    self.baselines[key] = self._compute_baseline(kind_of(case.kind), case, backend, model_change,
+                                                                 draw)
                     self._share(key)
         return self.baselines[key]
 
     @staticmethod
-    def _baseline_key(case: Case, backend: str, model_change: str | None) -> tuple:
-        return case.model, case.shape, case.kind, case.weights_dir, backend, case.dtype, model_change
+    def _baseline_key(case: Case, backend: str, model_change: str | None, draw: str | None = None) -> tuple:
+        return case.model, case.shape, case.kind, case.weights_dir, backend, case.dtype, model_change, draw
 
     def _offer_baseline(self, case: Case, output) -> None:
         """A one-rank case without a fault computed exactly a baseline: its model, dtype and backend on one device."""
@@ -211,9 +216,11 @@ class CaseWork:
         torch.save(self.baselines[key], partial)
         partial.replace(path)  # whole or absent, whatever happens to this rank
 
-    def _compute_baseline(self, kind, case: Case, backend: str, model_change):
+    def _compute_baseline(self, kind, case: Case, backend: str, model_change, draw: str | None):
         try:
             built = kind.build(replace(case, backend=backend, fault=None), self.reference(case), self.device)
+            if draw is not None:
+                built.twin(draw)
             with faults.active(model_change):
                 return kind.detach(built.run())
         except Exception as error:  # noqa: BLE001 - reported with the case, never fatal

@@ -33,7 +33,8 @@ def tensor_metrics(candidate: torch.Tensor, reference: torch.Tensor) -> dict[str
 
 def training_errors(candidate: dict, losses: torch.Tensor, gradients: dict, weights: dict) -> dict:
     """A training run against another: per-step loss (absolute, relative, bitwise), each parameter's gradient at
-    step 1 (max abs, relative L2 norm), all gradients together (relative L2), the weights after the last step."""
+    step 1 (max abs, relative L2 norm), all gradients together (relative L2), each parameter's weights after the last
+    step (max abs)."""
     ran = candidate["losses"].double()
     loss_abs = (ran - losses.double()).abs()
     per_param, squared_diff, squared_norm, nonfinite = {}, 0.0, 0.0, int((~torch.isfinite(ran)).sum())
@@ -49,14 +50,14 @@ def training_errors(candidate: dict, losses: torch.Tensor, gradients: dict, weig
         squared_diff, squared_norm = squared_diff + diff, squared_norm + norm
         per_param[name] = {"rel_l2": (diff ** 0.5) / max(norm ** 0.5, 1e-30),
                            "max_abs": float((got - expected).abs().max()) if got.numel() else 0.0}
-    weight_err = 0.0
+    weight_errors = {}
     for name, expected in weights.items():
         got = candidate["weights"].get(name)
         if got is None or got.shape != expected.shape:
             missing.append(f"{name} (weights)")
             continue
         nonfinite += int((~torch.isfinite(got)).sum())
-        weight_err = max(weight_err, float((got.double() - expected.double()).abs().max()) if got.numel() else 0.0)
+        weight_errors[name] = float((got.double() - expected.double()).abs().max()) if got.numel() else 0.0
     worst = max(per_param, key=lambda name: per_param[name]["rel_l2"], default=None)
     return {
         "loss_abs_err": float(loss_abs.max()),
@@ -66,7 +67,8 @@ def training_errors(candidate: dict, losses: torch.Tensor, gradients: dict, weig
         "grad_max_abs_err": max((value["max_abs"] for value in per_param.values()), default=0.0),
         "worst_param": worst,
         "param_errors": per_param,
-        "weight_max_abs_err": weight_err,
+        "weight_max_abs_err": max(weight_errors.values(), default=0.0),
+        "weight_errors": weight_errors,
         "missing": missing,
         "nonfinite": nonfinite,
     }

@@ -12,6 +12,8 @@ import torch
 FAULTS = {
     "cp_local_attention": "context parallel: each rank attends only to its own chunk (the classic two half-images bug)",
     "tp_skip_allreduce": "tensor parallel: row-wise layers return their partial sums without the all-reduce",
+    "tp_colwise_input_grad": "tensor parallel, backward: column-wise layers hand on their input gradient without the "
+                             "all-reduce (each rank's partial sum; the forward is right)",
     "cp_attention_left_out": "context parallel: one attention module is left out of the parallel plan (its processor"
                              " never gets the CP config), so it attends to its own chunk and never communicates",
     "ring_skips_exchange": "context parallel: the ring never exchanges K/V; every step reuses the rank's own",
@@ -45,6 +47,10 @@ TARGETED = {
     "skip_allreduce": "tensor parallel: this row-wise layer returns its partial sum without the all-reduce",
     "local_attention": "context parallel: attention inside this module attends only to the rank's own chunk",
     "wrong_grad": "backward: the module hands on its input gradient 1% too large (its forward is right)",
+    "attention_grad": "context parallel, backward: attention inside this module hands on its query, key and value "
+                      "gradients 1% too large (its forward is right)",
+    "grad_scale": "training: the gradients of this module's own parameters come out 10% too large (every other "
+                  "parameter's are right)",
 }
 
 # Faults that stand for a change in diffusers itself rather than a parallel bug: the single-device baseline runs
@@ -142,20 +148,27 @@ def _skip_allreduce(target: str):
         ModelMixin.enable_parallelism = enable
 
 
-@contextlib.contextmanager
 def _local_attention(target: str):
     """While the target module runs, context-parallel attention sees only the rank's own chunk."""
+    def local(_original, query, key, value, attn_mask=None, *args, **kwargs):
+        q, k, v = (x.permute(0, 2, 1, 3) for x in (query, key, value))
+        found = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                                                 scale=kwargs.get("scale"))
+        return found.permute(0, 2, 1, 3)
+
+    return _inside_attention(target, local)
+
+
+@contextlib.contextmanager
+def _inside_attention(target: str, replacement):
+    """While the target module runs, diffusers' context-parallel attention is `replacement(original, *args,
+    **kwargs)`; everywhere else it is itself."""
     from diffusers.models import attention_dispatch as dispatch
 
     original, inside = dispatch._templated_context_parallel_attention, []
 
-    def maybe_local(query, key, value, attn_mask=None, *args, **kwargs):
-        if not inside:
-            return original(query, key, value, attn_mask, *args, **kwargs)
-        q, k, v = (x.permute(0, 2, 1, 3) for x in (query, key, value))
-        local = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                                                 scale=kwargs.get("scale"))
-        return local.permute(0, 2, 1, 3)
+    def maybe_replaced(*args, **kwargs):
+        return replacement(original, *args, **kwargs) if inside else original(*args, **kwargs)
 
     class Hooks:
         def __init__(self, module):
@@ -166,12 +179,73 @@ def _local_attention(target: str):
             for handle in self.handles:
                 handle.remove()
 
-    dispatch._templated_context_parallel_attention = maybe_local
+    dispatch._templated_context_parallel_attention = maybe_replaced
     try:
         with _on_parallel(target, Hooks):
             yield
     finally:
         dispatch._templated_context_parallel_attention = original
+
+
+def _attention_grad(target: str):
+    """While the target module runs, context-parallel attention returns its right output with 1.01 times its
+    gradient."""
+    def larger(right):
+        return right + 0.01 * (right - right.detach())
+
+    return _inside_attention(target, lambda original, *args, **kwargs: larger(original(*args, **kwargs)))
+
+
+@contextlib.contextmanager
+def _grad_scale(target: str):
+    """After the gradients are reduced (each step), the target module's parameters' gradients are 1.1 times theirs."""
+    from harness.rank import training
+
+    original = training.reduce_context_parallel
+
+    def scaled(named, groups):
+        original(named, groups)
+        with torch.no_grad():
+            for name, parameter in named.items():
+                if name.startswith(target + ".") and parameter.grad is not None:
+                    parameter.grad.mul_(1.1)
+
+    training.reduce_context_parallel = scaled
+    try:
+        yield
+    finally:
+        training.reduce_context_parallel = original
+
+
+@contextlib.contextmanager
+def _tp_colwise_input_grad():
+    """Column-wise layers take their replicated input through a function whose backward hands on the rank's own
+    partial input gradient, where PyTorch's `from_local` all-reduces it (the Partial placement to Replicate)."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import ColwiseParallel
+
+    class LocalInputGrad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, local, mesh, placements):
+            return DTensor.from_local(local, mesh, placements, run_check=False)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return (grad.to_local() if isinstance(grad, DTensor) else grad), None, None
+
+    original = ColwiseParallel.__dict__["_prepare_input_fn"]
+
+    def unreduced(input_layouts, desired_input_layouts, mod, inputs, device_mesh):
+        given = inputs[0]
+        if not isinstance(given, DTensor) and tuple(input_layouts) == tuple(desired_input_layouts):
+            return LocalInputGrad.apply(given, device_mesh, input_layouts)
+        return original.__func__(input_layouts, desired_input_layouts, mod, inputs, device_mesh)
+
+    ColwiseParallel._prepare_input_fn = staticmethod(unreduced)
+    try:
+        yield
+    finally:
+        ColwiseParallel._prepare_input_fn = original
 
 
 @contextlib.contextmanager
@@ -278,6 +352,15 @@ def _registry_entry(name: str, replacement):
         yield
     finally:
         table[key] = original
+
+
+@contextlib.contextmanager
+def registry_rewritten(name: str, holder: str):
+    """A registration mistake as diffusers would make it at import: backend `name` holds `holder`'s function, for
+    everything that reads the registry meanwhile (a plan included). Not a per-case fault: what it breaks is decided
+    before any case runs."""
+    with _registry_entry(name, _backend_fn(holder)):
+        yield
 
 
 def _backend_fn(name: str):
@@ -474,7 +557,7 @@ def _train_skip_cp_reduction():
     from harness.rank import training
 
     original = training.reduce_context_parallel
-    training.reduce_context_parallel = lambda parameters, groups: None
+    training.reduce_context_parallel = lambda named, groups: None
     try:
         yield
     finally:
@@ -487,10 +570,9 @@ def _train_double_cp_reduction():
 
     original = training.reduce_context_parallel
 
-    def twice(parameters, groups):
-        parameters = list(parameters)
-        original(parameters, groups)
-        original(parameters, groups)
+    def twice(named, groups):
+        original(named, groups)
+        original(named, groups)
 
     training.reduce_context_parallel = twice
     try:

@@ -81,15 +81,19 @@ def _frame_metrics(candidate: np.ndarray, reference: np.ndarray, win: int) -> di
     }
 
 
-def violations(metrics: dict, limits: dict) -> list[str]:
-    """Which limits (`ssim_min`, `psnr_min`, `max_abs_err_max`: the `image` option) the metrics break, in words."""
+def violations(metrics: dict, limits: dict) -> list[tuple[str, float, float, str]]:
+    """Which limits (`ssim_min`, `psnr_min`, `max_abs_err_max`: the `image` option) the metrics break: (check,
+    value, limit, in words) each."""
     broken = []
     if not metrics["ssim"] >= limits["ssim_min"]:
-        broken.append(f"ssim {metrics['ssim']:.5f} < {limits['ssim_min']}")
+        broken.append(("ssim", metrics["ssim"], limits["ssim_min"],
+                       f"ssim {metrics['ssim']:.5f} < {limits['ssim_min']}"))
     if not metrics["psnr"] >= limits["psnr_min"]:
-        broken.append(f"psnr {metrics['psnr']:.1f} dB < {limits['psnr_min']} dB")
+        broken.append(("psnr", metrics["psnr"], limits["psnr_min"],
+                       f"psnr {metrics['psnr']:.1f} dB < {limits['psnr_min']} dB"))
     if not metrics["max_abs_err"] <= limits["max_abs_err_max"]:
-        broken.append(f"max pixel error {metrics['max_abs_err']:.3g} > {limits['max_abs_err_max']}")
+        broken.append(("max_pixel_err", metrics["max_abs_err"], limits["max_abs_err_max"],
+                       f"max pixel error {metrics['max_abs_err']:.3g} > {limits['max_abs_err_max']}"))
     return broken
 
 

@@ -59,11 +59,17 @@ def kernel_mismatch(backend: str, kernels: dict[str, int]) -> str | None:
 
 def function_mismatch(backend: str, expected: str | None, functions: dict[str, int]) -> str | None:
     """The registry name can be right while its entry holds another backend's function, which on this device may run
-    the very same kernel (`native` and `_native_flash` on CPU): only the function's identity tells them apart."""
-    if expected is None or not functions or set(functions) == {expected}:
-        return None
+    the very same kernel (`native` and `_native_flash` on CPU): only the function's identity tells them apart, and
+    only against what the backend must hold (harness.catalogue.backends), never against the registry itself."""
     ran = ", ".join(f"{name}:{count}" for name, count in sorted(functions.items()))
-    return f"requested {backend} (diffusers registers {expected}), but {ran} ran"
+    if expected is None:
+        if not functions:
+            return None
+        return (f"requested {backend}, which the harness's catalogue of backend functions does not know ({ran} ran): "
+                "update harness/catalogue/backends.py")
+    if not functions or set(functions) == {expected}:
+        return None
+    return f"requested {backend} (the catalogue says {expected}), but {ran} ran"
 
 
 def dispatch_mismatch(backend: str, dispatched: dict[str, int]) -> str | None:

@@ -197,30 +197,61 @@ def relative_error(candidate: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 def localize(ranks: list[list], single: list, same_dtype: list | None, packed_outputs: dict[str, tuple],
-             streams: tuple[int, ...] = (), gradients: bool = False) -> dict:
+             streams: tuple[int, ...] = (), gradients: bool = False, data_parallel: int = 1,
+             called: set[str] | None = None) -> dict:
     """Each module's error in the single-device execution order, and the first one above its limit: fp32 (no
     `same_dtype`) a fixed limit; low precision `LOW_PRECISION_FACTOR` x the same dtype's own error on one device,
     above a floor. When the first diverging module's input diverges already, the divergence arose in the module
-    around it, between its children (an attention computed inside `attn`, first seen at its `to_out.0`): that
-    module is named, with where it was first seen."""
+    around it, between its children (an attention computed inside `attn`, first seen at its `to_out.0`; in backward
+    a gradient already wrong when it reaches `attn.norm_q`): that module is named, with where it was first seen.
+    `called`: the modules whose forward ran (the backward's own hooks miss a module called with keyword arguments
+    only); `data_parallel`: groups of consecutive ranks that each hold their own samples."""
     by_rank = [{name: (output, given) for name, output, given in record} for record in ranks]
     own = {name: (output, given) for name, output, given in same_dtype} if same_dtype is not None else None
     rows, first = [], None
     for name, expected, expected_in in single:
         row = _row(name, expected, expected_in, [record.get(name) for record in by_rank], own, packed_outputs,
-                   streams, gradients)
+                   streams, gradients, data_parallel)
         rows.append(row)
         if first is None and row.get("error") is not None and not row["error"] <= row["limit"]:
             first = len(rows) - 1
-    called = {row["module"] for row in rows}
-    return {"modules": rows, "first": first, "line": _line(rows, first, called)}
+    called = (called or set()) | {row["module"] for row in rows}
+    uncompared = [row["module"] for row in rows if row.get("error") is None]
+    return {"modules": rows, "first": first, "line": _line(rows, first, called), "uncompared": uncompared}
 
 
-def _row(name, expected, expected_in, pieces, own, packed_outputs, streams, partial) -> dict:
+def summary(found: dict) -> str:
+    """The first divergence in one line, forward first, then backward (`backward: ...`); never "none" when modules
+    could not be compared: how many and which."""
+    parts = [("", found)] + ([("backward: ", found["backward"])] if found.get("backward") else [])
+    for prefix, part in parts:
+        if part["line"] is not None:
+            return prefix + part["line"] + _uncompared(part)
+    total = sum(len(part["modules"]) for _, part in parts)
+    missed = [(prefix, name) for prefix, part in parts for name in part["uncompared"]]
+    if total and len(missed) == total:
+        why = next(row["how"] for _, part in parts for row in part["modules"])
+        return f"not localized: none of the {total} module outputs could be compared ({why})"
+    if missed:
+        shown = ", ".join(prefix + name for prefix, name in missed[:3])
+        more = f" and {len(missed) - 3} more" if len(missed) > 3 else ""
+        return (f"none within the {total - len(missed)} compared module outputs; {len(missed)} not compared "
+                f"({shown}{more})")
+    return "none: every module within its limit"
+
+
+def _uncompared(part: dict) -> str:
+    """How many modules before the first divergence could not be compared (one of them may be where it began)."""
+    first = part["first"]
+    before = [row["module"] for row in part["modules"][:first] if row.get("error") is None]
+    return f" ({len(before)} earlier module outputs not compared, e.g. {before[0]})" if before else ""
+
+
+def _row(name, expected, expected_in, pieces, own, packed_outputs, streams, partial, data_parallel) -> dict:
     if any(piece is None for piece in pieces):
         return {"module": name, "error": None, "how": "not run under the layout"}
     error, how = _closest([piece[0] for piece in pieces], expected, packed_outputs.get(name.split("#")[0]), streams,
-                          partial)
+                          partial, data_parallel)
     if error is None:
         return {"module": name, "error": None, "how": how}
     limit, dtype_error = FP32_LIMIT, None
@@ -232,16 +263,60 @@ def _row(name, expected, expected_in, pieces, own, packed_outputs, streams, part
         row["dtype_error"] = dtype_error
     inputs = [piece[1] for piece in pieces]
     if expected_in is not None and all(given is not None for given in inputs):
-        input_error, _ = _closest(inputs, expected_in, None, streams, partial)
+        input_error, _ = _closest(inputs, expected_in, None, streams, partial, data_parallel)
         if input_error is not None:
             row["input_error"] = input_error
     return row
 
 
-def _closest(pieces, expected, packed, streams, partial=False) -> tuple[float | None, str]:
+def _closest(pieces, expected, packed, streams, partial=False, data_parallel=1) -> tuple[float | None, str]:
+    """The closest way the pieces make the expected tensor; data parallel: by sample, or (a tensor not split by
+    sample whose first dimension merely divides) as one group holds it, whichever is closer."""
+    by_samples = None
+    if data_parallel > 1:
+        by_samples = _closest_by_samples(pieces, expected, packed, streams, partial, data_parallel)
+        pieces = _one_group(pieces, data_parallel, partial)
     candidates = assemble(pieces, expected.shape, packed, streams, partial)
     scored = [(relative_error(whole, expected), how) for whole, how in candidates if whole is not None]
+    scored += [by_samples] if by_samples is not None else []
     return min(scored, key=lambda item: item[0]) if scored else (None, candidates[0][1])
+
+
+def _one_group(pieces: list, groups: int, partial: bool) -> list:
+    """A tensor not split by sample (a positional embedding) that every data-parallel group holds alike: one group's
+    pieces; its gradient, which each group holds a share of (its samples'), the groups' sum. Otherwise all pieces,
+    as they are."""
+    size = len(pieces) // groups
+    parts = [pieces[index * size:(index + 1) * size] for index in range(groups)]
+    if size == 0 or any(len(part) != size or [p.shape for p in part] != [p.shape for p in parts[0]] for part in parts):
+        return pieces
+    if partial:
+        return [torch.stack([part[index] for part in parts]).sum(0) for index in range(size)]
+    if all(torch.equal(a, b) for part in parts[1:] for a, b in zip(part, parts[0], strict=True)):
+        return parts[0]
+    return pieces
+
+
+def _closest_by_samples(pieces, expected, packed, streams, partial, groups: int) -> tuple[float, str] | None:
+    """Data parallel: each group of consecutive ranks holds its own samples, the batch split along dim 0 (its
+    context-parallel ranks the sequence of those samples). Each group's pieces are put together against its share
+    of the batch, then the shares are joined; None when the output is not split by sample (the caller assembles it
+    over all ranks: a tensor every rank holds alike, such as a positional embedding)."""
+    if expected.dim() == 0 or expected.shape[0] % groups or len(pieces) % groups:
+        return None
+    size, share = len(pieces) // groups, expected.shape[0] // groups
+    wholes, hows = [], []
+    for index in range(groups):
+        mine = expected[index * share:(index + 1) * share]
+        candidates = [(whole, how) for whole, how in assemble(pieces[index * size:(index + 1) * size], mine.shape,
+                                                              packed, streams, partial) if whole is not None]
+        if not candidates:
+            return None
+        whole, how = min(candidates, key=lambda item: relative_error(item[0], mine))
+        wholes.append(whole)
+        hows.append(how)
+    return relative_error(torch.cat(wholes), expected), (f"each of {groups} data-parallel groups' samples "
+                                                         f"{hows[0]}, joined along dim 0")
 
 
 def _line(rows: list[dict], first: int | None, called: set[str]) -> str | None:

@@ -134,14 +134,14 @@ class Groups:
         return groups
 
 
-def reduce_context_parallel(parameters, groups: Groups) -> None:
+def reduce_context_parallel(named: dict, groups: Groups) -> None:
     """Sum every gradient over the context-parallel ranks. diffusers gathers the output at the end of the
     context-parallel region with an all-gather whose backward hands each rank the gradient of its own chunk only
     (`AllGatherFunction.backward` in hooks/context_parallel.py), so each rank's parameter gradients hold its chunk's
     share of the full loss that every rank computes on the gathered output: the full gradient is their sum."""
     if groups.context is None:
         return
-    for parameter in parameters:
+    for parameter in named.values():
         if parameter.grad is not None:
             dist.all_reduce(_local(parameter.grad), op=dist.ReduceOp.SUM, group=groups.context)
 
@@ -221,9 +221,9 @@ class Trainer:
     data-parallel wrapper where there is one)."""
 
     def __init__(self, model, module, batch: Batch, steps: int, spec, dtype: torch.dtype | None, device,
-                 groups: Groups, packed: dict | None = None):
+                 groups: Groups, packed: dict | None = None, microbatches: int = 1):
         self.model, self.module, self.batch, self.steps, self.spec = model, module, batch, steps, spec
-        self.groups, self.packed = groups, packed or {}
+        self.groups, self.packed, self.microbatches = groups, packed or {}, microbatches
         self.autocast = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype is not None \
             else contextlib.nullcontext
         self.named = dict(module.named_parameters())
@@ -241,6 +241,14 @@ class Trainer:
         return flow_matching_loss(self.model, self.batch, 0, self.spec.timestep_scale, self.spec.timestep_keys,
                                   self.autocast())
 
+    def loss(self, step: int) -> torch.Tensor:
+        """The batch's loss at `step`: the mean of its micro-batches' (each an equal share of the samples)."""
+        parts = [self.batch.part(index, self.microbatches) for index in range(self.microbatches)] \
+            if self.microbatches > 1 else [self.batch]
+        losses = [flow_matching_loss(self.model, part, step, self.spec.timestep_scale, self.spec.timestep_keys,
+                                     self.autocast()) for part in parts]
+        return sum(losses) / len(losses) if len(losses) > 1 else losses[0]
+
     def run(self, recording=None) -> dict:
         """The K steps, with `recording` (a context manager) around step 1's forward and backward if given."""
         self.restart()
@@ -252,10 +260,9 @@ class Trainer:
             optimizer.zero_grad(set_to_none=True)
             with data_parallel_sync(self.model), (recording if step == 0 and recording is not None
                                                    else contextlib.nullcontext()):
-                loss = flow_matching_loss(self.model, self.batch, step, self.spec.timestep_scale,
-                                          self.spec.timestep_keys, self.autocast())
+                loss = self.loss(step)
                 loss.backward()
-            reduce_context_parallel(self.named.values(), self.groups)
+            reduce_context_parallel(self.named, self.groups)
             if step == 0:
                 gradients = {name: full(p.grad, self.packed.get(name)) for name, p in self.named.items()
                              if p.grad is not None}
@@ -263,19 +270,21 @@ class Trainer:
             losses.append(global_loss(loss, self.groups))
         weights = {name: full(parameter, self.packed.get(name)) for name, parameter in self.named.items()}
         plain = [name for name, parameter in self.named.items() if not hasattr(parameter, "full_tensor")]
-        return {"losses": torch.tensor(losses, dtype=torch.float64), "gradients": gradients, "weights": weights,
-                "disagreement": disagreement(plain, gradients, weights, next(iter(self.named.values())).device)
-                if self.groups.parallel else {}}
+        losses = torch.tensor(losses, dtype=torch.float64)
+        return {"losses": losses, "gradients": gradients, "weights": weights,
+                "disagreement": disagreement(plain, gradients, weights, next(iter(self.named.values())).device,
+                                             losses) if self.groups.parallel else {}}
 
 
-def disagreement(names: list[str], gradients: dict, weights: dict, device) -> dict[str, float]:
-    """How far the ranks are apart on each plain (non-DTensor) parameter, which each rank holds whole: its step-1
-    gradient and its final weights, as the largest max-minus-min over ranks (only those that differ at all). A DTensor
-    is one value by construction once gathered; a plain parameter the ranks disagree on is a bug of the layout."""
-    if not names:
-        return {}
-    pieces = [(name, tensor) for name in names for tensor in (gradients.get(name), weights[name]) if tensor is not None]
-    flat = torch.cat([tensor.flatten() for _, tensor in pieces]).to(device)
+def disagreement(names: list[str], gradients: dict, weights: dict, device, losses: torch.Tensor) -> dict[str, float]:
+    """How far the ranks are apart on the losses and on each plain (non-DTensor) parameter, which each rank holds
+    whole: its step-1 gradient and its final weights, as the largest max-minus-min over ranks (only those that differ
+    at all; the losses as `loss`). A DTensor is one value by construction once gathered, so this covers everything
+    a rank ends with: a loss or a plain parameter the ranks disagree on is a bug of the layout."""
+    pieces = [("loss", losses)]
+    pieces += [(name, tensor) for name in names for tensor in (gradients.get(name), weights[name])
+               if tensor is not None]
+    flat = torch.cat([tensor.flatten().double() for _, tensor in pieces]).to(device)
     high, low = flat.clone(), flat.clone()
     dist.all_reduce(high, op=dist.ReduceOp.MAX)
     dist.all_reduce(low, op=dist.ReduceOp.MIN)

@@ -1,57 +1,84 @@
-"""Known failures, listed with their reason and link, that turn a FAIL or ERROR into XFAIL.
+"""Known failures, listed with their reason and link: each entry excuses the evidence it names, nothing more.
 
-The file is TOML: one `[[issue]]` table per entry, `match` is a glob (or a list) over case ids. diffusers rewords
-its errors between releases and fixes or introduces bugs, so `error_contains` may list alternative texts (any one
-matches) and `diffusers` may give the releases the entry applies to (a PEP 440 range such as ">=0.37,<0.40").
+The file is TOML, one `[[issue]]` table per entry. `match` is a glob (or a list) over case ids, and `diffusers` (a
+PEP 440 range such as ">=0.37,<0.40") limits the entry to the releases that have the issue. What it excuses:
+
+- an **error** (`status = "ERROR"`): `error_contains`, one text or a list of alternatives (diffusers rewords its
+  errors between releases), must appear in the error;
+- a **wrong result** (`status = "FAIL"`): one table per check it excuses, `[issue.evidence.<check>]`, with the
+  measured `band = [low, high]` the check's figure must lie in, the `subjects` (globs over the parameters, modules
+  or ranks the check failed on; required for the checks that name one) and optionally a text it `contains`.
+
+A case is XFAIL only when every failed check is excused; any other failed check keeps it FAIL (harness.run.verdict).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from harness.core.errors import HarnessError
+from harness.core.evidence import Evidence
 
-_KEYS = {"match", "reason", "link", "error_contains", "diffusers", "status", "max_abs_err"}
+_KEYS = {"match", "reason", "link", "error_contains", "diffusers", "status", "evidence"}
+_EXCUSE_KEYS = {"subjects", "band", "contains"}
 
 
 @dataclass(frozen=True)
+class Excuse:
+    """What one check may show and still be the known issue: its subjects (globs; empty: the case as a whole), the
+    band its figure lies in, a text its sentence contains."""
+
+    subjects: tuple[str, ...] = ()
+    band: tuple[float, float] | None = None
+    contains: str = ""
+
+    def covers(self, item: Evidence) -> bool:
+        if self.subjects:
+            if not any(fnmatch.fnmatchcase(item.subject, glob) for glob in self.subjects):
+                return False
+        elif item.subject:
+            return False
+        if self.band is not None:
+            low, high = self.band
+            if item.value is None or not low <= item.value <= high:
+                return False
+        return self.contains in item.text
+
+
+@dataclass(frozen=True, eq=False)  # one entry is itself, whatever another entry says
 class KnownIssue:
     match: str | tuple[str, ...]
     reason: str
     link: str = ""
     error_contains: str | tuple[str, ...] = ""
     diffusers: str = ""  # a version range, e.g. ">=0.40"; empty: every release
-    status: str = ""  # the status the failure must have (FAIL or ERROR); empty: either
-    max_abs_err: tuple[float, float] | None = None  # a numerical failure: the measured band it must fall in
+    status: str = "ERROR"  # ERROR: excuses an error by its text; FAIL: excuses the checks of `evidence`
+    evidence: dict[str, Excuse] = field(default_factory=dict)
+    key: str = ""  # where the entry is ("known_issues.toml #3"), to name it in results and warnings
 
-    def applies(self, case_id: str, message: str | None = None, version: str | None = None, status: str | None = None,
-                max_abs_err: float | None = None) -> bool:
-        """Matches the case id (one glob or a list), the installed diffusers (`version`, read from the package when
-        not given) if the entry names a range, and, for a failure (`message` given): one of the expected texts, the
-        expected status, and for a numerical entry a max abs error inside its band (a bigger or smaller error is
-        another bug, and stays visible)."""
+    def applies(self, case_id: str, version: str | None = None) -> bool:
+        """Whether the entry is about this case: its id (one glob or a list) and, if it names a range, the installed
+        diffusers (`version`, read from the package when not given)."""
         patterns = (self.match,) if isinstance(self.match, str) else self.match
         if not any(fnmatch.fnmatchcase(case_id, pattern) for pattern in patterns):
             return False
-        if self.diffusers and not self.covers(version):
+        return self.covers(version)
+
+    def excuses(self, item: Evidence) -> bool:
+        """Whether one failed check of a case the entry applies to is this known issue. A proof failure never is."""
+        if item.is_proof:
             return False
-        if message is None:  # a case that passed: does the entry name it (XPASS)?
-            return True
-        texts = (self.error_contains,) if isinstance(self.error_contains, str) else self.error_contains
-        if not any(text in message for text in texts if text):
-            return False
-        if self.status and status is not None and status != self.status:
-            return False
-        if self.max_abs_err is not None:
-            low, high = self.max_abs_err
-            return max_abs_err is not None and low <= max_abs_err <= high
-        return True
+        if item.is_error:
+            texts = (self.error_contains,) if isinstance(self.error_contains, str) else self.error_contains
+            return self.status == "ERROR" and any(text in item.text for text in texts if text)
+        excuse = self.evidence.get(item.check)
+        return self.status == "FAIL" and excuse is not None and excuse.covers(item)
 
     def covers(self, version: str | None = None) -> bool:
         """Whether the entry applies to diffusers `version` (default: the installed one)."""
@@ -65,6 +92,12 @@ class KnownIssue:
 
     def describe(self) -> str:
         return f"known issue: {self.reason}" + (f" ({self.link})" if self.link else "")
+
+    @property
+    def short(self) -> str:
+        """The entry in a few words: its reason's first clause and where it is."""
+        head = self.reason.split(":")[0].split(";")[0]
+        return f"{head[:80]}{'...' if len(head) > 80 else ''} [{self.key}]"
 
 
 def load_known_issues(path: Path) -> list[KnownIssue]:
@@ -87,39 +120,73 @@ def _issue(path: Path, index: int, entry: dict) -> KnownIssue:
         raise HarnessError(f"{where} has unknown keys {sorted(unknown)}; valid keys: {', '.join(sorted(_KEYS))}")
     fields = dict(entry)
     for key in ("match", "error_contains"):
-        value = fields.get(key, "")
-        if isinstance(value, list):
-            if not value or not all(isinstance(item, str) and item for item in value):
-                raise HarnessError(f"{where}: '{key}' must be a string or a non-empty list of non-empty strings")
-            fields[key] = tuple(value)
-        elif not isinstance(value, str):
-            raise HarnessError(f"{where}: '{key}' must be a string or a list of strings, not {type(value).__name__}")
+        fields[key] = _texts(where, key, fields.get(key, ""))
     for key in ("reason", "link", "diffusers", "status"):
         if not isinstance(fields.get(key, ""), str):
             raise HarnessError(f"{where}: '{key}' must be a string")
-    if not fields.get("error_contains"):
-        raise HarnessError(f"{where} needs 'error_contains': the text of the failure it expects, so that another "
-                           "failure of the same cases stays visible")
-    if fields.get("status", "") not in ("", "FAIL", "ERROR"):
+    status = fields.setdefault("status", "FAIL" if "evidence" in fields else "ERROR")
+    if status == "ERROR":
+        if "evidence" in fields:
+            raise HarnessError(f"{where}: an ERROR entry excuses an error by its text ('error_contains'); "
+                               "[issue.evidence.<check>] tables are for status = \"FAIL\"")
+        if not fields.get("error_contains"):
+            raise HarnessError(f"{where} needs 'error_contains': the text of the error it expects, so that another "
+                               "failure of the same cases stays visible")
+    elif status == "FAIL":
+        if fields.get("error_contains"):
+            raise HarnessError(f"{where}: a FAIL entry names its checks in [issue.evidence.<check>] tables (with "
+                               "'contains' for a text), not 'error_contains'")
+        fields["evidence"] = _excuses(where, fields.get("evidence"))
+    else:
         raise HarnessError(f"{where}: 'status' must be FAIL or ERROR")
-    if "max_abs_err" in fields:
-        band = fields["max_abs_err"]
-        if not (isinstance(band, list) and len(band) == 2 and all(isinstance(v, int | float) for v in band)
-                and band[0] <= band[1]):
-            raise HarnessError(f"{where}: 'max_abs_err' must be the measured band [low, high], e.g. [0.2, 0.4]")
-        if fields.get("status") != "FAIL":
-            raise HarnessError(f"{where}: a 'max_abs_err' band is for a numerical failure: add status = \"FAIL\"")
-        fields["max_abs_err"] = (float(band[0]), float(band[1]))
     if fields.get("diffusers"):
         try:
             SpecifierSet(fields["diffusers"])
         except InvalidSpecifier:
             raise HarnessError(f"{where}: 'diffusers' = {fields['diffusers']!r} is not a version range; write e.g. "
                                f"\">=0.37,<0.40\"") from None
-    return KnownIssue(**fields)
+    return KnownIssue(**fields, key=f"{path.name} #{index + 1}")
 
 
-def find(issues: list[KnownIssue], case_id: str, message: str | None = None, version: str | None = None,
-         status: str | None = None, max_abs_err: float | None = None) -> KnownIssue | None:
-    return next((issue for issue in issues if issue.applies(case_id, message, version, status, max_abs_err)), None)
+def _texts(where: str, key: str, value) -> str | tuple[str, ...]:
+    if isinstance(value, list):
+        if not value or not all(isinstance(item, str) and item for item in value):
+            raise HarnessError(f"{where}: '{key}' must be a string or a non-empty list of non-empty strings")
+        return tuple(value)
+    if not isinstance(value, str):
+        raise HarnessError(f"{where}: '{key}' must be a string or a list of strings, not {type(value).__name__}")
+    return value
 
+
+def _excuses(where: str, tables) -> dict[str, Excuse]:
+    """The `[issue.evidence.<check>]` tables: known checks only, each with its measured band, and its subjects where
+    the check names one."""
+    from harness.kinds import known_checks
+
+    if not isinstance(tables, dict) or not tables:
+        raise HarnessError(f"{where}: a FAIL entry needs at least one [issue.evidence.<check>] table naming the "
+                           "check it excuses, its measured band and its subjects")
+    checks = known_checks()
+    excuses = {}
+    for check, table in tables.items():
+        at = f"{where} [issue.evidence.{check}]"
+        if check not in checks:
+            raise HarnessError(f"{at}: unknown check; valid checks: {', '.join(sorted(checks))}")
+        if not isinstance(table, dict) or set(table) - _EXCUSE_KEYS:
+            raise HarnessError(f"{at}: valid keys are {', '.join(sorted(_EXCUSE_KEYS))}")
+        band = table.get("band")
+        if band is not None or checks[check].figure:
+            if not (isinstance(band, list) and len(band) == 2 and all(isinstance(v, int | float) for v in band)
+                    and band[0] <= band[1]):
+                raise HarnessError(f"{at} needs 'band': the measured [low, high] of the check's figure, e.g. "
+                                   "[0.2, 0.4]")
+            band = (float(band[0]), float(band[1]))
+        subjects = table.get("subjects", [])
+        if checks[check].subjects and not subjects:
+            raise HarnessError(f"{at} needs 'subjects': the {checks[check].subjects} the check failed on (globs)")
+        if not isinstance(subjects, list) or not all(isinstance(item, str) and item for item in subjects):
+            raise HarnessError(f"{at}: 'subjects' must be a list of globs")
+        if not isinstance(table.get("contains", ""), str):
+            raise HarnessError(f"{at}: 'contains' must be a string")
+        excuses[check] = Excuse(tuple(subjects), band, table.get("contains", ""))
+    return excuses

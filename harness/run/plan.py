@@ -131,6 +131,7 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
     if unknown_kinds:
         raise HarnessError(f"unknown kind(s) {sorted(unknown_kinds)}; valid kinds: {', '.join(KINDS)}")
     limit = capacity or max_ranks(cpu_max_ranks)
+    registry = backend_info.registry_problems()  # checked against the catalogue once per plan
     plan = []
     for spec in specs:
         for kind in (name for name in KINDS if name in kinds and spec.name in scopes[name][0]):
@@ -138,12 +139,14 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
             for shape, folder in kind_of(kind).shapes(spec, list(scopes[kind][2]), weights_dir):
                 for layout, backend, dtype in product(kind_layouts, backends, dtypes):
                     case = Case(spec.name, layout, backend, dtype, kind, shape, fault, folder)
-                    plan.append(_planned(case, limit, check_refusals))
+                    plan.append(_planned(case, limit, check_refusals, registry))
     return plan
 
 
-def _planned(case: Case, limit: int, check_refusals: bool) -> PlannedCase:
+def _planned(case: Case, limit: int, check_refusals: bool, registry: dict[str, str]) -> PlannedCase:
     reason = skip_reason(case, limit)
+    if reason is None and case.backend in registry:  # the function the name holds cannot be proven: no verdict
+        return PlannedCase(case, plan_error=registry[case.backend])
     if reason is None and case.backend != "-":
         found = backend_info.probe(case.backend, case.dtype)
         if found.broken:

@@ -51,8 +51,11 @@ def _capacity(settings: Settings):
 
 
 def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
-        echo: Callable[[str], None] = print, capture_missing: bool = True, plan_s: float = 0.0) -> RunSummary:
-    """Run the plan; `plan_s` is how long making it took (counted in the wall time, as a user waits for it)."""
+        echo: Callable[[str], None] = print, capture_missing: bool = True, plan_s: float = 0.0,
+        localize_failures: bool = True) -> RunSummary:
+    """Run the plan; `plan_s` is how long making it took (counted in the wall time, as a user waits for it).
+    `localize_failures`: localize every FAIL (the selftest's deliberate FAILs need not be; `--localize` still does
+    every case)."""
     started, clock = datetime.datetime.now().isoformat(timespec="seconds"), time.monotonic() - plan_s
     shard = shards.select(plan, settings.shard) if settings.shard else None
     plan = shard.plan if shard else plan
@@ -74,8 +77,8 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     refusals = {p.case.case_id: p.expected_refusal for p in plan if p.expected_refusal is not None}
     stats = _launch_all(todo, settings, report_dir, issues, refusals, done, echo)
     localizing = time.monotonic()
-    _localize_all([case for case in todo if _to_localize(done[case.case_id], settings.localize)], settings,
-                  report_dir, done, echo)
+    _localize_all([case for case in todo if _to_localize(done[case.case_id], settings.localize, localize_failures)],
+                  settings, report_dir, done, echo)
     localize_s = time.monotonic() - localizing
     results = [done.get(p.case.case_id) or not_run(p) for p in plan]
     header = _header(settings, versions, results, started, time.monotonic() - clock, stats.launches)
@@ -112,10 +115,11 @@ def _no_parallel_ran(plan: list[PlannedCase], results: list[CaseResult]) -> bool
     return asked and not ran
 
 
-def _to_localize(result: CaseResult, every: bool) -> bool:
-    """Every FAIL; with --localize every case that produced numbers (a known issue that failed numerically too)."""
+def _to_localize(result: CaseResult, every: bool, failures: bool = True) -> bool:
+    """Every FAIL (unless `failures` is off); with --localize every case that produced numbers (a known issue that
+    failed numerically too)."""
     if result.status is Status.FAIL:
-        return True
+        return failures or every
     numbers = result.status in (Status.PASS, Status.XPASS) or (
         result.status is Status.XFAIL and str(result.extra.get("observed", "")).startswith("FAIL"))
     return every and numbers
@@ -137,7 +141,7 @@ def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo)
         else:
             found = record.metrics["localization"]
             result.extra["localization"] = found
-            result.first_divergence = found["line"] or "none: every module within its limit"
+            result.first_divergence = found["summary"]
             if found.get("backward_untraced"):
                 result.first_divergence += f" ({found['backward_untraced']})"
         echo(f"  {result.case_id}: {result.first_divergence}")
@@ -161,7 +165,8 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
         def on_outcome(outcome: Outcome) -> None:
             dtype = outcome.case.dtype
             policy = Policy(settings.tolerance_for(dtype), settings.budget_factor, settings.image_limit(dtype),
-                            settings.budget_max_factor, settings.train_tolerance[dtype], settings.train_exact)
+                            settings.budget_max_factor, settings.train_tolerance.get(dtype), settings.train_exact,
+                            settings.train_noise_factor)
             result = judge(outcome, policy)
             result = apply_known_issues(apply_expected_refusal(result, refusals.get(result.case_id)), issues)
             prune_images(result, report_dir / "images", settings.images)
@@ -309,10 +314,9 @@ def _versions(metas) -> dict:
 
 
 def _unmatched(issues, results: list[CaseResult]) -> list[str]:
-    """Entries of the installed release that turned no case into XFAIL or XPASS: evidence of nothing."""
-    used = {str(r.extra.get("known_issue")) for r in results if "known_issue" in r.extra}
-    return [str(issue.match) for issue in issues
-            if issue.covers() and str(issue.match if isinstance(issue.match, str) else list(issue.match)) not in used]
+    """Entries of the installed release that excused no evidence and named no passing case: evidence of nothing."""
+    used = {key for r in results for key in r.extra.get("known_issue", ())}
+    return [f"{issue.key} {issue.match}" for issue in issues if issue.covers() and issue.key not in used]
 
 
 def _header(settings, versions, results, started, wall_s, launches) -> dict:

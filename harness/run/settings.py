@@ -56,6 +56,8 @@ class Settings:
                                                     "(default: those of --layouts).", True)
     train_shapes: list[str] | None = _option(None, "Shapes the train kind runs (default: those of --shapes).", True)
     train_steps: int = _option(3, "Optimizer steps a train case runs (and its reference holds).")
+    train_noise_factor: float = _option(2.0, "Low-precision train cases: most each gradient and the loss may be of "
+                                             "the largest error of five single-device draws of their dtype's noise.")
     train_exact: bool = _option(False, "fp32 train cases must reproduce the reference's losses bit for bit, as "
                                        "torchtitan's loss comparison demands of deterministic runs.")
     references: str = _option("references", "Directory of the captured fp32 references.")
@@ -89,18 +91,15 @@ class Settings:
          "bf16": {"ssim_min": 0.99, "psnr_min": 38.0, "max_abs_err_max": 0.10},
          "fp16": {"ssim_min": 0.999, "psnr_min": 45.0, "max_abs_err_max": 0.03}},
         "Image cases: SSIM, PSNR and max pixel error limits per dtype.", is_table=True)
-    # Train cases. fp32 limits, from clean layouts of flux and qwenimage (3 AdamW steps): loss rel err <= 1.1e-7,
-    # each parameter's gradient rel L2 err <= 1e-6, weights <= 1.3e-5 (helios_amplify's dp2 1.9e-4: AdamW turns the
-    # noise of a near-zero gradient into a step of up to the learning rate); a ring4 backward that sends gradients
-    # the wrong way measures loss 3e-4, gradients 1.0, weights 6e-3. Low precision: the single-device run of the same
-    # dtype sets the budget, and these are noise floors below which nothing fails (clean bf16: loss 1.1e-3,
-    # per-parameter gradients up to 0.18; fp16: 2.2e-4 and 0.07).
+    # Train cases, fp32, from clean layouts of flux and qwenimage (3 AdamW steps): loss rel err <= 1.1e-7, each
+    # parameter's gradient rel L2 err <= 1e-6, weights <= 1.3e-5 (helios_amplify's dp2 1.9e-4: AdamW turns the noise
+    # of a near-zero gradient into a step of up to the learning rate); a ring4 backward that sends gradients the wrong
+    # way measures loss 3e-4, gradients 1.0, weights 6e-3. Low precision has no fixed limit: the noise of its own
+    # dtype, measured on one device in every run, sets them (harness/kinds/train.py).
     train_tolerance: dict[str, dict[str, float]] = _option(
-        {"fp32": {"loss_rel": 1e-5, "grad_rel": 1e-4, "weight_abs": 1e-3},
-         "bf16": {"loss_rel": 3e-3, "grad_rel": 0.3},
-         "fp16": {"loss_rel": 1e-3, "grad_rel": 0.15}},
-        "Train cases: fp32 limits (loss rel err, each gradient's rel L2 err, weights' max abs err); low precision: "
-        "noise floors under the budget of the same dtype.", is_table=True)
+        {"fp32": {"loss_rel": 1e-5, "grad_rel": 1e-4, "weight_abs": 1e-3}},
+        "Train cases, fp32: loss rel err, each gradient's rel L2 err and the weights' max abs err after the last step.",
+        is_table=True)
     launcher: str = _option("local", "How ranks start: local (torchrun on this host), torchrun (multi-node c10d "
                                      "rendezvous; run the same command on every node) or slurm (srun, or an sbatch "
                                      "script with --slurm-script).", choices=("local", "torchrun", "slurm"))

@@ -4,12 +4,14 @@ the proof of what ran (a wrong backend fails even when its numbers agree), then 
 
 from __future__ import annotations
 
-from harness.core.records import Outcome
+from harness.core import evidence
+from harness.core.evidence import Evidence, status_of
+from harness.core.records import Outcome, without_fault
 from harness.core.results import CaseResult, Status
 from harness.kinds import Policy, kind_of
 from harness.rank import comms_check
 from harness.rank.kernels import dispatch_mismatch, function_mismatch, kernel_mismatch
-from harness.run.known_issues import KnownIssue, find
+from harness.run.known_issues import KnownIssue
 
 
 def base_result(case) -> CaseResult:
@@ -34,52 +36,67 @@ def judge(outcome: Outcome, policy: Policy) -> CaseResult:
             result.extra["traceback"] = record.traceback
         return result
     if record.failed:
-        result.status = Status.ERROR
-        result.reason = record.error if record.error_rank is None else f"rank {record.error_rank}: {record.error}"
         if record.traceback:
             result.extra["traceback"] = record.traceback
-        return result
-    result.status, result.reason = kind_of(outcome.case.kind).judge(result, record.metrics, policy)
-    if result.status is Status.ERROR:  # the kind could not judge it (a failed baseline): nothing to add
-        return result
-    integrity = _integrity_failure(result, record, kind_of(outcome.case.kind).rank_tolerance(result))
-    if integrity is not None:  # what rank 0's numbers cannot show: other ranks' outputs, the output's type
-        numbers = f"; rank 0: {result.reason or 'within tolerance'}"
-        result.status, result.reason = Status.FAIL, integrity + numbers
-    proof = _proof_failure(outcome.case.backend, record)
-    if proof is not None:  # a wrong backend fails even when its numbers happen to agree
-        numbers = f"; numbers: {result.reason or 'within tolerance'}"
-        result.status, result.reason = Status.FAIL, proof + numbers
-        result.extra["proof_failure"] = True
+        rank = "" if record.error_rank is None else f"rank {record.error_rank}"
+        return settle(result, [Evidence("error", f"{rank}: {record.error}" if rank else record.error, rank)])
+    kind = kind_of(outcome.case.kind)
+    numbers = kind.judge(result, record.metrics, policy)
+    # First what a wrong backend or a skipped exchange proves (the numbers behind it are not the case's own), then
+    # what rank 0's numbers cannot show (other ranks' outputs, the output's type), then the numbers.
+    items = _proof_failures(outcome.case.backend, record) + _integrity_failures(result, record,
+                                                                             kind.rank_tolerance(result))
+    return settle(result, items + numbers)
+
+
+def settle(result: CaseResult, items: list[Evidence]) -> CaseResult:
+    """The status and reason that follow from the failed checks, which are kept with the result."""
+    result.status, result.reason = status_of(items), evidence.reason(items)
+    result.evidence = [item.to_dict() for item in items]
     return result
 
 
-def _integrity_failure(result: CaseResult, record, tolerance: float) -> str | None:
+def _integrity_failures(result: CaseResult, record, tolerance: float | None) -> list[Evidence]:
     """A rank whose output differs from rank 0's by more than the case's tolerance, or an output that is still a
     DTensor (a Shard or Partial placement diffusers should have gathered or reduced; `full_tensor()` would repair
-    it silently)."""
+    it silently). `tolerance` None: the kind compares the ranks itself."""
     if record.rank_max_diff:
         result.extra["rank_max_diff"] = record.rank_max_diff
+    found = []
     if record.output_placements is not None:
         result.extra["output_placements"] = record.output_placements
-        return f"the model returned a DTensor {record.output_placements} where diffusers returns a plain tensor"
+        found.append(Evidence("dtensor_output", f"the model returned a DTensor {record.output_placements} where "
+                                                "diffusers returns a plain tensor", record.output_placements))
+    if tolerance is None:
+        return found
     for rank, difference in enumerate(record.rank_max_diff):
         if difference is None:
-            return f"rank {rank}'s output has another shape than rank 0's"
-        if not difference <= tolerance:
-            return f"rank {rank}'s output differs from rank 0's by {difference:.3g} (tolerance {tolerance:.3g})"
-    return None
+            found.append(Evidence("rank_output", f"rank {rank}'s output has another shape than rank 0's",
+                                  f"rank {rank}"))
+        elif not difference <= tolerance:
+            found.append(Evidence("rank_output", f"rank {rank}'s output differs from rank 0's by {difference:.3g} "
+                                                 f"(tolerance {tolerance:.3g})", f"rank {rank}", difference,
+                                  tolerance))
+    return found
 
 
-def _proof_failure(backend: str, record) -> str | None:
+def _proof_failures(backend: str, record) -> list[Evidence]:
     """The name dispatched, then the kernels executed, then the identity of the function that ran: each proves what
     the one before cannot (a redirected entry counted under the right name, running the same kernel). Then the
     collectives: the right attention can still run on a rank's own chunk, or a layer skip its reduction."""
+    found = []
     mismatch = dispatch_mismatch(backend, record.dispatched)
-    if mismatch is None and record.kernels is not None:
-        mismatch = kernel_mismatch(backend, record.kernels)
-    mismatch = mismatch or function_mismatch(backend, record.expected_function, record.functions)
-    return mismatch or comms_check.comms_mismatch(record.comms_expected, record.comms)
+    if mismatch is not None:
+        found.append(Evidence("proof.dispatch", mismatch, backend))
+    elif record.kernels is not None and (mismatch := kernel_mismatch(backend, record.kernels)) is not None:
+        found.append(Evidence("proof.kernel", mismatch, backend))
+    mismatch = function_mismatch(backend, record.expected_function, record.functions)
+    if mismatch is not None:
+        found.append(Evidence("proof.function", mismatch, backend))
+    mismatch = comms_check.comms_mismatch(record.comms_expected, record.comms)
+    if mismatch is not None:
+        found.append(Evidence("proof.comms", mismatch))
+    return found
 
 
 def _comms(result: CaseResult, record) -> None:
@@ -108,22 +125,41 @@ def apply_expected_refusal(result: CaseResult, refusal) -> CaseResult:
 
 
 def apply_known_issues(result: CaseResult, issues: list[KnownIssue]) -> CaseResult:
-    """FAIL/ERROR on a listed case becomes XFAIL with the listed reason; a listed case that passes is XPASS. A proof
-    failure (a wrong backend or kernel ran) is never a known issue: the numbers behind it are not the case's own."""
-    if result.extra.get("proof_failure"):
+    """A FAIL/ERROR becomes XFAIL only when every failed check is excused by an entry that names it (its check, its
+    subject, its figure band, its text); what is left over keeps the case FAIL/ERROR, said first, with the excused
+    items after ("also known: ..."). A proof failure (a wrong backend or kernel ran, an exchange missing) is never
+    excused: the numbers behind it are not the case's own. A listed case that passes is XPASS. A negative control
+    answers to the entries of the case it injects its fault into: the fault's own evidence is what must be left."""
+    listed = [issue for issue in issues if issue.applies(without_fault(result.case_id))]
+    if not listed:
         return result
-    failed = result.status in (Status.FAIL, Status.ERROR)
-    issue = find(issues, result.case_id, result.reason if failed else None, status=result.status.value,
-                 max_abs_err=result.max_abs_err)
-    if issue is None:
-        return result
-    result.extra["known_issue"] = issue.match if isinstance(issue.match, str) else list(issue.match)
-    if failed:
-        result.extra["observed"] = f"{result.status.value}: {result.reason}"
-        result.status, result.reason = Status.XFAIL, f"{issue.describe()}; observed {result.reason}"
-    elif result.status is Status.PASS:
+    if result.status is Status.PASS:
+        result.extra["known_issue"] = [issue.key for issue in listed]
         result.status = Status.XPASS
-        result.reason = f"known issue no longer reproduces (XPASS): {issue.reason}; remove or narrow its entry"
+        result.reason = f"known issue no longer reproduces (XPASS): {listed[0].reason}; remove or narrow its entry"
+        return result
+    if result.status not in (Status.FAIL, Status.ERROR) or not result.evidence:
+        return result
+    items = [Evidence.from_dict(item) for item in result.evidence]
+    excused = {index: issue for index, item in enumerate(items)
+               if (issue := next((issue for issue in listed if issue.excuses(item)), None)) is not None}
+    if not excused:
+        return result
+    used = [issue for issue in listed if any(found is issue for found in excused.values())]
+    result.extra["known_issue"] = [issue.key for issue in used]
+    result.evidence = [{**item, "known": excused[index].key} if index in excused else item
+                       for index, item in enumerate(result.evidence)]
+    left = [item for index, item in enumerate(items) if index not in excused]
+    observed = f"{result.status.value}: {result.reason}"
+    if not left:
+        result.extra["observed"] = observed
+        result.status = Status.XFAIL
+        result.reason = f"{'; '.join(issue.describe() for issue in used)}; observed {result.reason}"
+        return result
+    result.extra["observed"] = observed
+    known = evidence.reason([item for index, item in enumerate(items) if index in excused])
+    result.status = status_of(left)
+    result.reason = f"{evidence.reason(left)}; also known: {known} ({'; '.join(issue.short for issue in used)})"
     return result
 
 

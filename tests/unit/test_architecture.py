@@ -16,7 +16,7 @@ LAYERS = [
     ("harness.catalogue",),
     ("harness.rank.backends", "harness.rank.kernels", "harness.rank.compare", "harness.rank.image_metrics",
      "harness.rank.cpu", "harness.rank.faults", "harness.rank.training", "harness.rank.localize",
-     "harness.rank.comms", "harness.rank.comms_check", "harness.rank.recorder"),
+     "harness.rank.comms", "harness.rank.comms_check", "harness.rank.recorder", "harness.rank.noise"),
     ("harness.kinds",),
     ("harness.rank", "harness.run"),
     ("harness.cli", "harness.plugin", "harness.__main__"),

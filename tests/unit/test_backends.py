@@ -57,10 +57,58 @@ def test_probe_calls_do_not_count_as_dispatches():
     assert backends.dispatches() == {}
 
 
-def test_a_registry_where_two_names_share_one_function_is_flagged(monkeypatch):
-    backends.install_dispatch_counters()
-    assert backends.registry_problems() == []  # diffusers 0.42.1: every name has a function of its own
-    shared = {**backends.DEFINED, "_native_flash": backends.DEFINED["native"]}
-    monkeypatch.setattr(backends, "DEFINED", shared)
-    assert backends.registry_problems() == [
-        f"backends _native_flash, native share one function {backends.DEFINED['native']}"]
+def test_the_installed_registry_holds_what_the_catalogue_says():
+    """diffusers 0.42.1: every name holds its own function, the one the catalogue names."""
+    assert backends.registry_problems() == {}
+    assert backends.expected_function("_native_flash") == "diffusers.models.attention_dispatch._native_flash_attention"
+
+
+def test_a_registration_mistake_is_seen_against_the_catalogue_not_the_registry():
+    """The mistake diffusers could make at import: `_native_flash` mapped to `native`'s function. Checked against the
+    registry itself it would pass; against the catalogue both names are flagged, and an unknown name or function
+    says to update the catalogue."""
+    from harness.catalogue import backends as catalogue
+
+    held = backends.registry_held()
+    mixed = {**held, "_native_flash": held["native"]}
+    problems = catalogue.registry_problems(mixed, "0.42.1")
+    assert set(problems) == {"native", "_native_flash"}
+    assert "maps backend '_native_flash' to diffusers.models.attention_dispatch._native_attention" in \
+        problems["_native_flash"]
+    assert problems["native"].startswith("backends _native_flash, native share one function")
+    renamed = catalogue.registry_problems({**held, "_native_flash": "diffusers.x._new_flash"}, "0.42.1")
+    assert list(renamed) == ["_native_flash"] and "update the catalogue" in renamed["_native_flash"]
+    unknown = catalogue.registry_problems({**held, "flash_5": "diffusers.x._flash_5"}, "0.42.1")
+    assert list(unknown) == ["flash_5"] and "not in the harness's catalogue" in unknown["flash_5"]
+
+
+def test_the_catalogue_knows_each_release_spelling():
+    from harness.catalogue import backends as catalogue
+
+    assert catalogue.expected_function("aiter", "0.38.0").endswith("._aiter_flash_attention")
+    assert catalogue.expected_function("aiter", "0.40.0") is None
+    assert catalogue.expected_function("aiter_fa2_hub", "0.40.0").endswith("._aiter_flash_attention")
+    assert catalogue.expected_function("sage_blackwell_hub", "0.40.0") is None
+
+
+def test_a_registration_mistake_makes_every_case_of_both_names_an_error_at_plan_time():
+    from harness.run.selftest import registry_control
+    from harness.run.settings import load_settings
+
+    ok, line = registry_control(load_settings())
+    assert ok, line
+    assert line.startswith("32 of 32 cells ERROR at plan time")
+    from harness.run.plan import build_plan
+
+    clean = build_plan(["flux"], ["single", "ulysses2"], ["_native_flash"], ["fp32"], kinds=("tensor",))
+    assert [p.plan_error for p in clean] == [None, None]  # the control's own negative: a right registry runs
+
+
+def test_the_function_that_ran_is_checked_against_the_catalogue():
+    from harness.rank.kernels import function_mismatch
+
+    must = "diffusers.models.attention_dispatch._native_flash_attention"
+    assert function_mismatch("_native_flash", must, {must: 2}) is None
+    assert "but diffusers.models.attention_dispatch._native_attention:2 ran" in \
+        function_mismatch("_native_flash", must, {"diffusers.models.attention_dispatch._native_attention": 2})
+    assert "update harness/catalogue/backends.py" in function_mismatch("flash_5", None, {"x.y": 1})

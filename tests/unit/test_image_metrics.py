@@ -128,7 +128,9 @@ def test_thresholds_pass_identical_and_fail_nonfinite(dtype):
 def test_violations_name_each_broken_limit():
     limits = {"ssim_min": 0.99, "psnr_min": 38.0, "max_abs_err_max": 0.1}
     found = violations({"ssim": 0.98, "psnr": 40.0, "max_abs_err": 0.2}, limits)
-    assert len(found) == 2 and found[0].startswith("ssim 0.98000 < 0.99") and "max pixel error 0.2 > 0.1" in found[1]
+    assert [(check, value, limit) for check, value, limit, _ in found] == [("ssim", 0.98, 0.99),
+                                                                           ("max_pixel_err", 0.2, 0.1)]
+    assert found[0][3].startswith("ssim 0.98000 < 0.99") and "max pixel error 0.2 > 0.1" in found[1][3]
 
 
 def test_thresholds_tighten_with_precision():

@@ -56,3 +56,64 @@ def test_low_precision_is_measured_against_its_own_dtype_on_one_device():
     assert localize.localize([[("a", noisy, None)]], single, own, {})["first"] is None
     assert localize.localize([[("a", expected * 1.2, None)]], single, own, {})["first"] == 0
     assert localize.localize([[("a", noisy, None)]], single, None, {})["first"] == 0  # fp32 would call it broken
+
+
+def test_data_parallel_samples_and_context_parallel_sequences_are_both_gathered():
+    """dp2xulysses2: ranks 0-1 hold sample 0's sequence halves, ranks 2-3 sample 1's. Over all four ranks no single
+    dimension adds up ("cannot gather"); by data-parallel group the module is compared, and a wrong one is named."""
+    full = torch.arange(48.0).reshape(2, 6, 4)
+    pieces = [full[:1, :3], full[:1, 3:], full[1:, :3], full[1:, 3:]]
+    assert localize.assemble(pieces, full.shape)[0][0] is None
+    single = [("a", full, None), ("b", full, None)]
+    wrong = [piece * 1.1 for piece in pieces]
+    ranks = [[("a", piece, None), ("b", bad, None)] for piece, bad in zip(pieces, wrong, strict=True)]
+    found = localize.localize(ranks, single, None, {}, data_parallel=2)
+    assert found["modules"][0]["error"] == 0.0 and "data-parallel groups" in found["modules"][0]["how"]
+    assert found["line"].startswith("b: rel err") and found["uncompared"] == []
+    assert localize.localize(ranks, single, None, {})["uncompared"] == ["a", "b"]  # without the groups: nothing
+
+
+def test_modules_that_could_not_be_compared_are_never_none():
+    full = torch.ones(1, 6, 4)
+    single = [("a", full, None), ("b", full, None)]
+    odd = [[("a", full[:, :2], None), ("b", full[:, :3], None)], [("a", full[:, :2], None), ("b", full[:, 3:], None)]]
+    found = localize.localize(odd, single, None, {})
+    assert localize.summary(found) == "none within the 1 compared module outputs; 1 not compared (a)"
+    nothing = localize.localize([[("a", full[:, :2], None)]] * 2, [("a", full, None)], None, {})
+    assert localize.summary(nothing).startswith("not localized: none of the 1 module outputs could be compared "
+                                                "(cannot gather")
+    clean = localize.localize([[("a", full, None)]], [("a", full, None)], None, {})
+    assert localize.summary(clean) == "none: every module within its limit"
+
+
+def test_a_wrong_attention_backward_is_said_of_the_attention():
+    """In backward order the first module whose gradient diverges is a child (`attn.norm_q`), and the gradient it
+    received was already wrong: the attention's backward, between its children, is where it began. The attention
+    module itself has no backward record (called with keyword arguments only), so the forward says it ran."""
+    good, bad = torch.ones(1, 4, 2), torch.ones(1, 4, 2) * 1.01
+    single = [("attn.to_out.0", good, good), ("attn.norm_q", good, good), ("attn.to_q", good, good)]
+    ranks = [[("attn.to_out.0", good, good), ("attn.norm_q", bad, bad), ("attn.to_q", bad, bad)]]
+    assert localize.localize(ranks, single, None, {}, gradients=True)["line"].startswith("attn.norm_q:")
+    named = localize.localize(ranks, single, None, {}, gradients=True, called={"attn", "attn.norm_q"})
+    assert named["line"].startswith("attn (first seen at its norm_q):")
+    assert localize.summary({**localize.localize([[("x", good, None)]], [("x", good, None)], None, {}),
+                             "backward": named}).startswith("backward: attn (first seen at its norm_q)")
+
+
+def test_what_every_data_parallel_group_holds_alike_is_one_groups():
+    """A positional embedding is not split by sample: each data-parallel group holds the same sequence shards."""
+    rope = torch.arange(12.0).reshape(1, 6, 2)
+    pieces = [rope[:, :3], rope[:, 3:]] * 2
+    found = localize.localize([[("rope", piece, None)] for piece in pieces], [("rope", rope, None)], None, {},
+                              data_parallel=2)
+    assert found["uncompared"] == [] and found["modules"][0]["error"] == 0.0
+
+
+def test_a_first_dimension_that_merely_divides_is_not_taken_for_samples():
+    """Flux's positional embedding is (sequence, dim), the same on every data-parallel group: its first dimension
+    divides by the groups, but split that way it would be wrong; as one group holds it, it is right."""
+    freqs = torch.arange(16.0).reshape(8, 2)
+    pieces = [freqs[:4], freqs[4:]] * 2
+    found = localize.localize([[("pos_embed", piece, None)] for piece in pieces], [("pos_embed", freqs, None)],
+                              None, {}, data_parallel=2)
+    assert found["modules"][0]["error"] == 0.0 and found["line"] is None

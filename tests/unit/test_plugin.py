@@ -56,3 +56,24 @@ def test_harness_options_override_pyproject(user_project):
     collected = user_project.runpytest_subprocess("--collect-only", "-q", "--harness-layouts", "tp2")
     collected.stdout.fnmatch_lines(["*test_parity[[]flux/tp2/native/fp32/tensor[]]*"])
     assert "ulysses2" not in collected.stdout.str()
+
+
+@pytest.mark.slow
+def test_a_failing_train_case_is_its_failure_with_the_command_that_reruns_it(pytester):
+    """A train case has no mean abs error: its item fails with its own figures and reason (not a TypeError), and the
+    rerun line names its kind and shape, so it reruns that case alone. Without the known-issue file, flux under tp2
+    trains the per-head norm weights wrong (README, training findings): a real FAIL."""
+    from pathlib import Path
+
+    references = Path(__file__).resolve().parents[2] / "references"
+    pytester.makefile(".toml", pyproject=f'[tool.harness]\nmodels = ["flux"]\nlayouts = ["tp2"]\n'
+                      f'backends = ["native"]\ndtypes = ["fp32"]\nkinds = ["train"]\ncpu_max_ranks = 2\n'
+                      f'known_issues = "none.toml"\nreferences = "{references}"\n')
+    pytester.makepyfile(test_matrix=PARITY_TESTS)
+    ran = pytester.runpytest_subprocess("-q", "-k", "test_parity")
+    ran.assert_outcomes(failed=1)
+    output = ran.stdout.str()
+    assert "TypeError" not in output
+    ran.stdout.fnmatch_lines(["*flux/tp2/native/fp32/train: FAIL max_abs_err=* grad_err=*: the ranks disagree on *",
+                              "*rerun alone: harness run --models flux --shapes default --layouts tp2 --backends "
+                              "native --dtypes fp32 --kinds train"])

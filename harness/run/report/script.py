@@ -293,12 +293,14 @@ _SCRIPT = r"""
     }
     var rows = (t.worst_gradients || []).map(function (g) {
       return "<tr><td><code>" + esc(g.param) + "</code></td><td>" + esc(full(g.rel_l2)) + "</td><td>" +
-        esc(full(g.max_abs)) + "</td><td>" + esc(full(g.baseline_rel_l2)) + "</td></tr>";
+        esc(full(g.max_abs)) + "</td><td>" + esc(full(g.baseline_rel_l2)) + "</td><td>" +
+        esc(full(g.noise_rel_l2)) + "</td><td>" + esc(full(g.limit)) + "</td></tr>";
     }).join("");
     var engine = t.engine ? '<p class="muted">data parallel by ' + esc(t.engine) + "</p>" : "";
     return "<h4>Loss per step</h4>" + lossSVG(lines) + engine +
       '<h4>Step-1 gradients furthest from the reference</h4><table class="metrics grads"><tr><th>parameter</th>' +
-      "<th>rel L2 err</th><th>max abs err</th><th>one device, same dtype</th></tr>" + rows + "</table>";
+      "<th>rel L2 err</th><th>max abs err</th><th>one device, same dtype</th><th>largest noise draw</th>" +
+      "<th>limit</th></tr>" + rows + "</table>";
   }
   function lossSVG(lines) {
     var width = 560, height = 160, pad = 34, all = [];
