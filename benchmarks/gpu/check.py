@@ -182,8 +182,12 @@ class Check:
         begin = time.monotonic()
         sink = open(log, "w") if log else subprocess.PIPE  # noqa: SIM115 - closed below
         try:
-            self.child = subprocess.Popen(command, cwd=cwd, env=self.env, stdout=sink, stderr=subprocess.STDOUT,
-                                          text=True, start_new_session=True)
+            try:
+                self.child = subprocess.Popen(command, cwd=cwd, env=self.env, stdout=sink, stderr=subprocess.STDOUT,
+                                              text=True, start_new_session=True)
+            except OSError as error:  # e.g. --python names no program
+                step.rc, step.seconds = 127, 0.0
+                return f"cannot start {command[0]}: {error}"
             try:
                 output, _ = self.child.communicate(timeout=step.timeout_s)
                 step.rc = self.child.returncode
@@ -261,9 +265,14 @@ class Check:
             step.detail = (f"{info['python']} {info['version']}: torch {info['torch']} on CPU -> rehearsal on CPU "
                            "(--rehearse-on-cpu): nothing this run writes is a GPU figure")
         else:
-            online, why = packages.reachable(self.options.python, timeout=30) if info.get("pip") else (False, "no pip")
             have = f"torch {info['torch']} (CUDA {info.get('cuda')}, GPU visible: {info.get('available')})" \
                 if "torch" in info else f"no torch ({info.get('torch_error')})"
+            gpus = _nvidia_gpus()
+            if not gpus:
+                return self.fail(step, f"{info['python']}: {have}, and no NVIDIA GPU here (nvidia-smi -L lists "
+                                       "none): this is the GPU check; on a CPU machine run `check.sh --dry-run`, or "
+                                       "`--rehearse-on-cpu` to rehearse it", machine=True)
+            online, why = packages.reachable(self.options.python, timeout=30) if info.get("pip") else (False, "no pip")
             if not online:
                 return self.fail(step, f"{info['python']}: {have}, and the registry is not reachable ({why}): this "
                                        "machine cannot run the GPU check (give a Python with a CUDA torch: "
@@ -502,6 +511,17 @@ class Check:
             self.say(f"bundle: {', '.join(bundle(self.out, Path(self.options.bundle), [s.name for s in self.steps]))}")
         self.say(f"GPU check: exit {code} after {time.monotonic() - self.started:.0f} s")
         return code
+
+
+def _nvidia_gpus() -> list[str]:
+    """The GPUs the driver lists, whatever torch can see (a CPU build of torch sees none)."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line for line in listed.stdout.splitlines() if line.startswith("GPU ")] if listed.returncode == 0 else []
 
 
 def _ancestors() -> set[int]:
