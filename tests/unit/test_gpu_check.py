@@ -20,18 +20,34 @@ GPU_DIR = REPO / "benchmarks" / "gpu"
 CLOSED_PORT = "http://127.0.0.1:9/simple"  # the discard port on loopback: nothing answers, at once
 
 
-def dry_run(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict | None]:
+def start_dry_run(tmp_path: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(["bash", str(CHECK), "--dry-run", str(tmp_path / "out"), "--json",
+                             str(tmp_path / "plan.json"), *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHON": sys.executable,
+                                                                     **(env or {})})
+
+
+def finish_dry_run(tmp_path: Path, started: subprocess.Popen) -> tuple[subprocess.CompletedProcess, dict | None]:
+    stdout, stderr = started.communicate(timeout=600)
     plan_file = tmp_path / "plan.json"
-    process = subprocess.run(["bash", str(CHECK), "--dry-run", str(tmp_path / "out"), "--json", str(plan_file),
-                              *args], cwd=REPO, capture_output=True, text=True, timeout=600,
-                             env={**os.environ, "PYTHON": sys.executable, **(env or {})})
-    return process, json.loads(plan_file.read_text()) if plan_file.exists() else None
+    return (subprocess.CompletedProcess(started.args, started.returncode, stdout, stderr),
+            json.loads(plan_file.read_text()) if plan_file.exists() else None)
+
+
+def dry_run(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict | None]:
+    return finish_dry_run(tmp_path, start_dry_run(tmp_path, *args, env=env))
 
 
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory):
-    """One dry run with the registry, shared by the tests that read it."""
-    return dry_run(tmp_path_factory.mktemp("gpu-dry-run"))
+    """One dry run with the registry, shared by the tests that read it; the harness is imported here meanwhile (the
+    comparison plans with it)."""
+    folder = tmp_path_factory.mktemp("gpu-dry-run")
+    started = start_dry_run(folder)
+    import harness.cli  # noqa: F401
+    import harness.run.runner  # noqa: F401
+
+    return finish_dry_run(folder, started)
 
 
 def harness_case_ids(args: list[str]) -> list[str]:
@@ -149,3 +165,37 @@ def test_part_names_are_the_parts(monkeypatch):
     import plan
 
     assert tuple(part.name for part in plan.parts(1)) == plan.PART_NAMES
+
+
+@pytest.mark.skipif(bool(__import__("shutil").which("nvidia-smi")), reason="a GPU machine would run the check itself")
+def test_the_gpu_run_refuses_a_machine_without_a_gpu(tmp_path):
+    """Without --dry-run on a CPU machine: exit 3 with the reason, a summary all the same, nothing installed."""
+    process = subprocess.run(["bash", str(CHECK), str(tmp_path / "out"), "--work", str(tmp_path / "work")], cwd=REPO,
+                             capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHON": sys.executable})
+    assert process.returncode == 3, process.stdout + process.stderr
+    assert "no NVIDIA GPU here" in process.stdout
+    assert "Exit 3: this machine could not run the check" in (tmp_path / "out" / "summary.md").read_text()
+    assert not (tmp_path / "work").exists()
+
+
+def test_the_summary_reports_a_part_cut_short(tmp_path, monkeypatch):
+    """A part stopped at its deadline leaves only results.partial.jsonl: the summary still shows its cases."""
+    monkeypatch.syspath_prepend(str(GPU_DIR))
+    import summary
+
+    part = tmp_path / "single"
+    part.mkdir()
+    case = {"case_id": "flux/single/_native_cudnn/bf16/tensor", "model": "flux", "shape": "default", "kind": "tensor",
+            "layout": "single", "world_size": 1, "backend": "_native_cudnn", "dtype": "bf16", "status": "FAIL",
+            "reason": "max abs err 0.4 > tolerance 0.15", "seconds": 0.2, "peak_mem_mb": 12.5}
+    lines = [json.dumps({"fingerprint": "x"}), json.dumps(case), '{"case_id": "torn']
+    (part / "results.partial.jsonl").write_text("\n".join(lines))
+    steps = [{"name": "single", "status": "timeout", "rc": 124, "seconds": 240.0, "timeout_s": 240.0,
+              "detail": "did not finish within its 240 s",
+              "extra": {"title": "one GPU", "args": ["--layouts", "single"]}}]
+    text = summary.write(tmp_path, steps, {"exit_code": 1, "budget_s": 480.0, "wall_s": 470.0}).read_text()
+    assert "Cut short" in text and "**1 FAIL**" in text
+    assert "| 1 | FAIL | max abs err 0.4 > tolerance 0.15 | `flux/single/_native_cudnn/bf16/tensor` |" in text
+    assert "| flux | tensor | 12.5 |" in text
+    assert json.loads((tmp_path / "summary.json").read_text())["steps"][0]["status"] == "timeout"
