@@ -1,5 +1,6 @@
 """CI sessions: `nox -s tests` (the harness's own tests), `nox -s capture`, `nox -s parity` (matrix + reports),
-`nox -s compat` (the quick plan on each supported diffusers release; not a default session)."""
+`nox -s compat` (the quick plan on each supported diffusers release; not a default session), `nox -s gpu` (the GPU
+check's dry run; on a CUDA machine, the check: benchmarks/gpu/README.md; not a default session)."""
 
 import fnmatch
 import json
@@ -39,6 +40,16 @@ def parity(session: nox.Session) -> None:
     """Run the parity matrix and write reports/ (matrix.csv, matrix.md, results.json, index.html)."""
     install(session)
     session.run("harness", "run", *session.posargs)
+
+
+@nox.session
+def gpu(session: nox.Session) -> None:
+    """The GPU check (benchmarks/gpu/check.sh) in this session's environment: its dry run by default; on a CUDA
+    machine, with HARNESS_TORCH a CUDA torch requirement, `nox -s gpu -- OUT` runs the check itself."""
+    install(session)
+    python = str(Path(session.bin) / "python")
+    session.run("bash", "benchmarks/gpu/check.sh", *(session.posargs or ["--dry-run"]), env={"PYTHON": python},
+                external=True)
 
 
 # Every diffusers release with context parallelism that the harness is checked on (harness/core/compat.py has the

@@ -99,6 +99,7 @@ class Worker:
         shapes = [g["shape"] for g in gathered]
         if any(shape != shapes[0] for shape in shapes):
             return [0.0 if shape == shapes[0] else None for shape in shapes]
+        mine = mine.to(self.work.device)  # NCCL takes CUDA tensors only; `comparable` returns a CPU copy
         theirs = mine.clone()
         dist.broadcast(theirs, src=0)
         difference = float((mine - theirs).abs().max()) if mine.numel() else 0.0
