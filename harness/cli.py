@@ -186,10 +186,10 @@ def cmd_selftest(args) -> int:
 
 def cmd_report(args) -> int:
     """Re-render index.html; or compare two runs: Markdown, then one summary line that names the page written.
-    Exit 1 when a case newly fails (a CI gate; see harness.run.report.compare), 2 when a results.json is missing."""
+    Exit 1 when a case newly fails (a CI gate; see harness.report.compare), 2 when a results.json is missing."""
     import os
 
-    from harness.run.report import changed_markdown, compare_runs, render_html
+    from harness.report import changed_markdown, compare_runs, render_html
 
     if args.compare is None:
         print(f"wrote {render_html(_settings(args).path('report_dir'))}")

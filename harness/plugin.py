@@ -159,10 +159,11 @@ def check_parity(planned, results) -> None:
 
 
 def _numbers(result) -> str:
-    """The figures the case has (a train case has no mean abs error), each with its name."""
-    figures = {"max_abs_err": result.max_abs_err, "mean_abs_err": result.mean_abs_err, "loss_err": result.loss_err,
-               "grad_err": result.grad_err, "ssim": result.ssim, "tolerance": result.tolerance}
-    shown = " ".join(f"{name}={value:.3g}" for name, value in figures.items() if isinstance(value, int | float))
+    """The figures of the case that answer to a limit (whatever its kind measures), with their limits."""
+    from harness.core.figures import written
+
+    shown = " ".join(f"{figure['name']}={written(figure)} (limit {figure['limit']:.3g})" for figure in result.figures
+                     if figure.get("limit") is not None and figure.get("value") is not None)
     return f" {shown}" if shown else ""
 
 

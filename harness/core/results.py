@@ -9,6 +9,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from harness.core import figures
+
 
 class Status(StrEnum):
     PASS = "PASS"
@@ -47,18 +49,8 @@ class CaseResult:
     backend: str
     dtype: str
     status: Status = Status.ERROR
-    max_abs_err: float | None = None
-    mean_abs_err: float | None = None
-    max_rel_err: float | None = None
-    tolerance: float | None = None
-    baseline_err: float | None = None
-    err_ratio: float | None = None
-    nonfinite: int | None = None
-    ssim: float | None = None
-    psnr: float | None = None
-    loss_err: float | None = None  # train: the largest relative error of a step's loss
-    grad_err: float | None = None  # train: relative L2 error of all step-1 gradients together
-    worst_param: str | None = None  # train: the parameter with the largest relative gradient error
+    # What the case's kind measured, in its order (harness.core.figures: name, label, value, limit, format)
+    figures: list[dict[str, Any]] = field(default_factory=list)
     first_divergence: str | None = None  # localized: the first module whose output left the single-device run's
     dispatched: str = ""
     kernels: str = ""
@@ -69,6 +61,15 @@ class CaseResult:
     seconds: float | None = None
     peak_mem_mb: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def figure(self, name: str) -> Any:
+        """The value of the figure `name` (None when the case has none)."""
+        return figures.value(self.figures, name)
+
+    @property
+    def cell(self) -> str:
+        """The key figure as the matrix cell writes it ("" for none)."""
+        return figures.cell(self.figures)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -84,9 +85,14 @@ class CaseResult:
 
 
 def _finite_or_none(value):
-    """JSON has no NaN/Inf; the count of non-finite values is kept in its own column."""
+    """JSON has no NaN/Inf: they are written as the strings "nan", "inf" and "-inf" (the count of non-finite values
+    of an output is a figure of its own)."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    if isinstance(value, list):
+        return [_finite_or_none(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _finite_or_none(item) for key, item in value.items()}
     return value
 
 

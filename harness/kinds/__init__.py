@@ -1,17 +1,32 @@
 """Case kinds: what one case runs and how it is judged. Each kind is one module, the only code that knows it.
 
-Callers look a kind up once (`kind_of(case.kind)`) and call it; adding a kind is one module plus its entry here.
+Callers look a kind up once (`kind_of(case.kind)`) and call it. A kind of the package is one module plus its line
+below; a kind of your own is a module named in the environment variable `HARNESS_KINDS` (comma-separated, importable
+from every rank) that calls `register(MyKind())` when imported: its options, checks and figures then reach the CLI,
+pytest, `[tool.harness.<kind>]`, the plan, the verdict and every view, with no other file touched.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
+
 from harness.core.errors import HarnessError
-from harness.kinds.base import COMMON_CHECKS, Built, Check, Kind, Policy
+from harness.kinds.base import COMMON_CHECKS, Built, Check, Kind
 from harness.kinds.image import ImageKind
 from harness.kinds.tensor import TensorKind
 from harness.kinds.train import TrainKind
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (TensorKind(), ImageKind(), TrainKind())}
+ENV = "HARNESS_KINDS"
+KINDS: dict[str, Kind] = {}
+
+
+def register(kind: Kind) -> Kind:
+    """Add a kind (its name must be new)."""
+    if not kind.name or kind.name in KINDS:
+        raise HarnessError(f"cannot register kind {kind.name!r}: {'taken' if kind.name else 'it has no name'}")
+    KINDS[kind.name] = kind
+    return kind
 
 
 def kind_of(name: str) -> Kind:
@@ -29,4 +44,12 @@ def known_checks() -> dict[str, Check]:
     return found
 
 
-__all__ = ["KINDS", "Built", "Check", "Kind", "Policy", "kind_of", "known_checks"]
+for _kind in (TensorKind(), ImageKind(), TrainKind()):
+    register(_kind)
+for _module in filter(None, (name.strip() for name in os.environ.get(ENV, "").split(","))):
+    try:
+        importlib.import_module(_module)
+    except ImportError as error:
+        raise HarnessError(f"{ENV}: cannot import kind module {_module!r} ({error})") from None
+
+__all__ = ["ENV", "KINDS", "Built", "Check", "Kind", "kind_of", "known_checks", "register"]

@@ -1,18 +1,28 @@
-"""The interface every case kind implements, and the two small types it exchanges with the worker and the verdict."""
+"""The interface every case kind implements, and the small types it exchanges with the rank side and the verdict.
+
+A kind owns its whole story: its options and limits (declared here once, they reach the CLI, pytest and
+`[tool.harness.<kind>]`), its checks, its figures and its detail blocks. Nothing outside `harness/kinds/` names a
+kind or a figure. Heavy imports (torch, the zoo) stay inside the methods, so the options can be read without them
+(`pytest --help`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from harness.core.options import Option
 
-from harness.core.evidence import Evidence
-from harness.core.records import Case
-from harness.core.reference import Reference
-from harness.core.results import CaseResult
+if TYPE_CHECKING:
+    import torch
+
+    from harness.core.evidence import Evidence
+    from harness.core.figures import FigureSpec
+    from harness.core.records import Case
+    from harness.core.reference import Reference
+    from harness.core.results import CaseResult
 
 
 @dataclass
@@ -39,19 +49,6 @@ class Built:
 
 
 @dataclass(frozen=True)
-class Policy:
-    """The limits a case is judged by: its dtype's tolerance, the low-precision budget and the picture limits."""
-
-    tolerance: float
-    budget_factor: float
-    image_limits: dict[str, float]
-    budget_max_factor: float = 1.5
-    train_limits: dict[str, float] | None = None  # loss_rel, grad_rel, weight_abs (train cases)
-    exact: bool = False  # train, fp32: losses must equal the reference's bit for bit
-    noise_factor: float = 2.0  # train, low precision: most a figure may be of its dtype's measured noise
-
-
-@dataclass(frozen=True)
 class Check:
     """A check a case can fail: what its failures name (its subjects, e.g. "parameters"; "" for the case as a whole)
     and whether it has a figure (a known issue then gives the band it excuses)."""
@@ -72,7 +69,18 @@ class Kind:
     # The checks `judge` runs, each failure an Evidence item. Known-issue entries may excuse these by name
     # (harness.run.known_issues).
     checks: dict[str, Check] = {}
+    figures: tuple[FigureSpec, ...] = ()  # what `judge` fills, in the order views show them (harness.core.figures)
+    options: tuple[Option, ...] = ()  # its own options: `[tool.harness.<name>] <option>`, `--<name>-<option>`
+    limits: Option | None = None  # its per-dtype limits: `[tool.harness.<name>] fp32 = ...`
     cost_s: float = 0.4  # rough seconds of one case on one rank, to balance the parts of `--shard K/N`
+
+    def all_options(self) -> list[Option]:
+        """Its options and its limits table, owned by it (their flat keys `<kind>_<name>`)."""
+        return [option.owned_by(self.name) for option in (*self.options, *((self.limits,) if self.limits else ()))]
+
+    def policy(self, settings, dtype: str) -> Any:
+        """What a case of `dtype` is judged by, from the settings (its own limits and options, the run's budgets)."""
+        return None
 
     def unavailable(self) -> str | None:
         """Why this kind cannot run on this machine (a plan-time SKIP), or None."""
@@ -124,6 +132,8 @@ class Kind:
 
     def comparable(self, output) -> torch.Tensor:
         """The output as one contiguous fp32 CPU tensor, to compare what the ranks ended with."""
+        import torch
+
         tensor = output if isinstance(output, torch.Tensor) else torch.as_tensor(output)
         return tensor.detach().float().cpu().contiguous()
 
@@ -137,15 +147,11 @@ class Kind:
         """The other single-device noise draws the case is judged by (harness.rank.noise); none by default."""
         return ()
 
-    def judge(self, result: CaseResult, metrics: dict, policy: Policy) -> list[Evidence]:
-        """Fill the result's figures from `metrics`, run every check, and return one item for each that failed
-        (none: PASS)."""
+    def judge(self, result: CaseResult, metrics: dict, policy) -> list[Evidence]:
+        """Fill the result's figures (and detail blocks) from `metrics`, run every check, and return one item for each
+        that failed (none: PASS)."""
         raise NotImplementedError
 
-    def rank_tolerance(self, result: CaseResult) -> float | None:
+    def rank_tolerance(self, policy) -> float | None:
         """How far another rank's output may be from rank 0's (None: the kind's own judge compares the ranks)."""
-        return result.tolerance or 0.0
-
-    def cell(self, result: CaseResult) -> str:
-        """The figure the terminal matrix shows beside the status ('' for none)."""
-        return f" {result.max_abs_err:.1e}" if result.max_abs_err is not None else ""
+        return 0.0

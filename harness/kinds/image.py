@@ -7,18 +7,28 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import torch
-
-from harness.core import determinism
 from harness.core.evidence import Evidence
-from harness.core.records import Case
-from harness.core.reference import Reference, reference_meta, reference_path, write_reference
-from harness.core.results import CaseResult
-from harness.kinds.base import Built, Check, Kind, Policy
-from harness.rank.image_metrics import diff_image, image_metrics, scalar_metrics, to_png, violations
+from harness.core.figures import FigureSpec
+from harness.core.options import Option
+from harness.kinds.base import Built, Check, Kind
+
+SSIM = FigureSpec("ssim", "SSIM", ".6f", cell="ssim {value:.4f}")
+PSNR = FigureSpec("psnr", "PSNR (dB)", ".2f")
+MAX_PIXEL = FigureSpec("max_abs_err", "max pixel error")
+MEAN_PIXEL = FigureSpec("mean_abs_err", "mean pixel error")
+NONFINITE = FigureSpec("nonfinite", "non-finite values", "d")
+BASELINE = FigureSpec("baseline_err", "baseline mean pixel error (one device, same dtype)")
+VS_SSIM = FigureSpec("vs_baseline_ssim", "SSIM vs one device, same dtype", ".6f")
+VS_PSNR = FigureSpec("vs_baseline_psnr", "PSNR vs one device, same dtype (dB)", ".2f")
+VS_MAX = FigureSpec("vs_baseline_max_abs", "max pixel diff to one device, same dtype")
+
+
+@dataclass(frozen=True)
+class ImagePolicy:
+    limits: dict[str, float]  # ssim_min, psnr_min, max_abs_err_max, against both pictures
 
 
 def has_pipeline(model: str) -> bool:
@@ -36,7 +46,7 @@ def slug(case_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", case_id)
 
 
-def build_pipe(model: str, dtype: str, device, reference: Reference | None = None, weights_dir=None):
+def build_pipe(model: str, dtype: str, device, reference=None, weights_dir=None):
     """The pipeline of a case: the reference's weights (tiny zoo) or the local checkpoint, cast once."""
     from harness.catalogue import pipelines
 
@@ -45,7 +55,7 @@ def build_pipe(model: str, dtype: str, device, reference: Reference | None = Non
     return pipelines.build_pipeline(model, dtype, device, weights=reference.weights if reference else None)
 
 
-def run_pipe(pipe, model: str) -> np.ndarray:
+def run_pipe(pipe, model: str):
     from harness.catalogue.pipelines import run_pipeline
 
     return run_pipeline(pipe, model)
@@ -56,7 +66,19 @@ class ImageKind(Kind):
     help = "a whole tiny pipeline, judged on the picture"
     checks = {"nonfinite": Check(), "ssim": Check("comparisons"), "psnr": Check("comparisons"),
               "max_pixel_err": Check("comparisons")}
+    figures = (SSIM, PSNR, MAX_PIXEL, MEAN_PIXEL, NONFINITE, BASELINE, VS_SSIM, VS_PSNR, VS_MAX)
+    # For the tiny pipelines (64x64, 2 steps), from benchmarks/image_separation.py: correct layouts measure fp32 SSIM
+    # 1 - 1e-12, PSNR >= 110 dB, max <= 1e-5; bf16 (vs the fp32 and the bf16 single-device picture) SSIM >= 0.9991,
+    # PSNR >= 46.5 dB, max <= 0.039; broken layouts SSIM <= 0.86, PSNR <= 25.3 dB, max >= 0.27 in every dtype (SSIM
+    # <= 0.921, PSNR <= 29.9 dB over 8 latent seeds). Each limit sits between the two, in ratio terms.
+    limits = Option("limits", {"fp32": {"ssim_min": 0.9999, "psnr_min": 60.0, "max_abs_err_max": 5e-3},
+                               "bf16": {"ssim_min": 0.99, "psnr_min": 38.0, "max_abs_err_max": 0.10},
+                               "fp16": {"ssim_min": 0.999, "psnr_min": 45.0, "max_abs_err_max": 0.03}},
+                    "SSIM, PSNR and max pixel error limits per dtype.", is_table=True)
     cost_s = 0.45  # the quick plan's recorded case seconds: 0.36 s on one rank, 0.77 s on four
+
+    def policy(self, settings, dtype: str) -> ImagePolicy:
+        return ImagePolicy(settings.limits(self.name, dtype))
 
     def unavailable(self) -> str | None:
         if importlib.util.find_spec("transformers") is None:
@@ -70,13 +92,18 @@ class ImageKind(Kind):
             return [("default", None)]
         return [(weights_tag(weights_dir), str(Path(weights_dir).resolve()))]
 
-    def reference_hash(self, case: Case) -> str:
+    def reference_hash(self, case) -> str:
         return _config_hash(case.model, case.weights_dir)
 
     def capture(self, model, shape, root, force=False, weights_dir=None) -> tuple[Path, bool]:
         """The fp32 single-device picture, stored with the pipeline's weights (not a real checkpoint's: those stay
         in their folder) as safetensors, and as a PNG beside it for people."""
+        import torch
+
         from harness.catalogue.pipelines import pipeline_weights
+        from harness.core import determinism
+        from harness.core.reference import reference_meta, reference_path, write_reference
+        from harness.rank.image_metrics import to_png
 
         path = reference_path(root, model, shape, kind=self.name)
         if path.exists() and not force:
@@ -92,7 +119,7 @@ class ImageKind(Kind):
             to_png(image, path.with_suffix(".png"))
         return path, written
 
-    def build(self, case: Case, reference: Reference, device) -> Built:
+    def build(self, case, reference, device) -> Built:
         pipe = build_pipe(case.model, case.dtype, device, reference, case.weights_dir)
         pipe.transformer.set_attention_backend(case.backend)
         # The VAE may call SDPA itself: only the transformer's attention kernels prove the backend.
@@ -103,6 +130,10 @@ class ImageKind(Kind):
 
     def measure(self, output, reference, baseline, case, images_dir, draws=None) -> dict:
         """Against the fp32 picture and, for low precision, against the same-dtype single-device picture."""
+        import numpy as np
+
+        from harness.rank.image_metrics import image_metrics, scalar_metrics
+
         expected = reference.output.numpy()
         full = image_metrics(output, expected)
         metrics = scalar_metrics(full)
@@ -115,30 +146,38 @@ class ImageKind(Kind):
             metrics["images"] = _write_pngs(output, expected, full["ssim_map"], images_dir, slug(case.case_id))
         return metrics
 
-    def judge(self, result: CaseResult, metrics: dict, policy: Policy) -> list[Evidence]:
-        limits = policy.image_limits
-        for key in ("ssim", "psnr", "max_abs_err", "mean_abs_err", "nonfinite"):
-            setattr(result, key, metrics.get(key))
-        result.tolerance = limits["max_abs_err_max"]
-        result.extra.update({key: metrics[key] for key in ("images", "baseline", "vs_baseline") if key in metrics})
+    def judge(self, result, metrics: dict, policy: ImagePolicy) -> list[Evidence]:
+        from harness.rank.image_metrics import violations
+
+        limits = policy.limits
+        nonfinite = metrics.get("nonfinite")
+        figures = [SSIM.of(metrics.get("ssim"), limits["ssim_min"]), PSNR.of(metrics.get("psnr"), limits["psnr_min"]),
+                   MAX_PIXEL.of(metrics.get("max_abs_err"), limits["max_abs_err_max"]),
+                   MEAN_PIXEL.of(metrics.get("mean_abs_err")), NONFINITE.of(nonfinite)]
+        if "images" in metrics:
+            result.extra["images"] = metrics["images"]
         found = []
-        if result.nonfinite:
-            found.append(Evidence("nonfinite", f"image has {result.nonfinite} non-finite values (NaN/Inf)",
-                                  value=result.nonfinite, limit=0))
+        if nonfinite:
+            found.append(Evidence("nonfinite", f"image has {nonfinite} non-finite values (NaN/Inf)",
+                                  value=nonfinite, limit=0))
         against = [("vs fp32 reference", metrics)]
         if "baseline_error" in metrics:  # low precision is judged against its own single-device picture too
             found.append(Evidence("cannot_judge", f"cannot judge: the single-device {result.dtype} picture failed "
                                                   f"({metrics['baseline_error']})"))
         elif "vs_baseline" in metrics:
-            result.baseline_err = metrics["baseline"]["mean_abs_err"]
+            figures += [BASELINE.of(metrics["baseline"]["mean_abs_err"]),
+                        VS_SSIM.of(metrics["vs_baseline"]["ssim"], limits["ssim_min"]),
+                        VS_PSNR.of(metrics["vs_baseline"]["psnr"], limits["psnr_min"]),
+                        VS_MAX.of(metrics["vs_baseline"]["max_abs_err"], limits["max_abs_err_max"])]
             against.append((f"vs single-device {result.dtype}", metrics["vs_baseline"]))
         for subject, measured in against:
             found += [Evidence(check, f"{subject}: {text}", subject, value, limit)
                       for check, value, limit, text in violations(measured, limits)]
+        result.figures = figures
         return found
 
-    def cell(self, result: CaseResult) -> str:
-        return f" ssim {result.ssim:.4f}" if result.ssim is not None else super().cell(result)
+    def rank_tolerance(self, policy: ImagePolicy) -> float:
+        return policy.limits["max_abs_err_max"]
 
 
 def _config_hash(model: str, weights_dir=None) -> str:
@@ -149,6 +188,10 @@ def _config_hash(model: str, weights_dir=None) -> str:
 
 def _write_pngs(image, expected, ssim_map, images_dir: Path, name: str) -> dict[str, str]:
     """Reference, candidate, 10x difference and SSIM map, named after the case, relative to the report folder."""
+    import numpy as np
+
+    from harness.rank.image_metrics import diff_image, to_png
+
     pictures = {"reference": expected, "candidate": image, "diff": diff_image(image, expected, gain=10.0)}
     if ssim_map is not None:
         pictures["ssim_map"] = np.clip(ssim_map, 0.0, 1.0)

@@ -4,8 +4,8 @@ compared step by step: the loss of every step, every parameter's gradient at ste
 The reference is the fp32 single-device run. Under a layout the harness trains as a correct training loop does
 (harness.rank.training): the global batch split over the data-parallel ranks, gradients summed over the
 context-parallel ranks and averaged over the data-parallel ones, tensor-parallel DTensors gathered to full. fp32 is
-judged by tight tolerances; low precision (mixed precision: fp32 weights, autocast forward) by the error budget
-against the single-device run of the same dtype, as tensors are.
+judged by tight limits; low precision (mixed precision: fp32 weights, autocast forward) by the noise its dtype makes
+on one device, measured in the same run (harness.rank.noise).
 """
 
 from __future__ import annotations
@@ -13,24 +13,33 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+from dataclasses import dataclass
 
-import torch
-
-from harness.catalogue.zoo import get_spec
-from harness.core import determinism
-from harness.core.dtypes import torch_dtype
 from harness.core.evidence import Evidence, per_subject
-from harness.core.records import Case
-from harness.core.reference import Reference, reference_meta, reference_path, write_reference
-from harness.core.results import CaseResult
-from harness.kinds.base import Built, Check, Kind, Policy
-from harness.rank import backends, noise, training
-from harness.rank.compare import training_errors
+from harness.core.figures import FigureSpec, series, table
+from harness.core.options import Option
+from harness.kinds.base import Built, Check, Kind
 
-DEFAULT_STEPS = 3
 TRAINED_SHAPES = ("default", "masked")
 _GRAD, _FINAL = "grad.", "final."
 SINGLE = "single"  # the single-device run of the case's dtype, the first of its noise draws
+
+GRAD = FigureSpec("grad_err", "gradient rel L2 err (all parameters, step 1)", cell="g{value:.0e}")
+LOSS = FigureSpec("loss_err", "loss rel err (worst step)")
+WORST = FigureSpec("worst_param", "worst gradient", "")
+WEIGHTS = FigureSpec("weight_max_abs_err", "weights max abs err (after the last step)")
+NONFINITE = FigureSpec("nonfinite", "non-finite values", "d")
+NOISE = FigureSpec("baseline_err", "gradient rel L2 err of the noisiest single-device draw")
+RATIO = FigureSpec("err_ratio", "gradient err ratio (vs that noise)")
+STEPS = Option("steps", 3, "Optimizer steps a train case runs (and its reference holds).")
+
+
+@dataclass(frozen=True)
+class TrainPolicy:
+    limits: dict | None  # fp32: loss_rel, grad_rel (each parameter), weight_abs
+    exact: bool  # fp32: losses bitwise equal to the reference's
+    noise_factor: float  # low precision: each gradient and the loss against the dtype's measured noise
+    budget_factor: float  # low precision: all gradients together against that noise
 
 
 class TrainKind(Kind):
@@ -39,11 +48,37 @@ class TrainKind(Kind):
     checks = {"nonfinite": Check(), "missing_grad": Check("parameters", figure=False),
               "ranks_disagree": Check("parameters (or loss)"), "loss_exact": Check(), "loss_rel": Check(),
               "grad_rel": Check("parameters"), "weight_abs": Check("parameters"), "grad_err_ratio": Check()}
+    figures = (GRAD, LOSS, WORST, WEIGHTS, NONFINITE, NOISE, RATIO)
+    options = (
+        Option("models", None, "Models the train kind runs (default: those of --models).", is_list=True),
+        Option("layouts", None, "Layouts the train kind runs, dpN and dpNx<cp> included (default: those of "
+                                "--layouts).", is_list=True),
+        Option("shapes", None, "Shapes the train kind runs (default: those of --shapes).", is_list=True),
+        STEPS,
+        Option("exact", False, "fp32 train cases must reproduce the reference's losses bit for bit, as torchtitan's "
+                               "loss comparison demands of deterministic runs."),
+        Option("noise_factor", 2.0, "Low precision: most each gradient and the loss may be of the largest error of "
+                                    "five single-device draws of their dtype's noise."),
+    )
+    # fp32, from clean layouts of the full plan (3 AdamW steps): loss rel err <= 2.1e-7, each parameter's gradient
+    # rel L2 err <= 1.3e-5, weights <= 1.4e-4 (helios_amplify's dp2: AdamW turns the noise of a near-zero gradient
+    # into a step of up to the learning rate); a ring4 backward that sends gradients the wrong way measures loss
+    # 3e-4, gradients 1.0, weights 6e-3. Low precision has no fixed limit: its dtype's noise, measured in every run.
+    limits = Option("limits", {"fp32": {"loss_rel": 1e-5, "grad_rel": 1e-4, "weight_abs": 1e-3}},
+                    "fp32: loss rel err, each gradient's rel L2 err and the weights' max abs err after the last step.",
+                    is_table=True)
+
+    def policy(self, settings, dtype: str) -> TrainPolicy:
+        return TrainPolicy(settings.limits(self.name, dtype), settings.of(self.name, "exact"),
+                           settings.of(self.name, "noise_factor"), settings.budget_factor)
 
     def applies(self, layout) -> bool:
         return True
 
-    def skip_reason(self, case: Case) -> str | None:
+    def skip_reason(self, case) -> str | None:
+        from harness.catalogue.zoo import get_spec
+        from harness.rank import backends
+
         spec = get_spec(case.model)
         if spec.untrainable:
             return f"no training recipe for {spec.name}: {spec.untrainable}"
@@ -58,29 +93,40 @@ class TrainKind(Kind):
         names = [name for name in TRAINED_SHAPES if name in spec.shapes and ("all" in wanted or name in wanted)]
         return [(name, None) for name in names]
 
-    def split_lengths(self, case: Case) -> dict[str, int]:
+    def split_lengths(self, case) -> dict[str, int]:
+        from harness.catalogue.zoo import get_spec
+
         return get_spec(case.model).split_lengths(case.shape)
 
-    def reference_hash(self, case: Case) -> str:
+    def reference_hash(self, case) -> str:
+        from harness.catalogue.zoo import get_spec
+
         return _recipe_hash(get_spec(case.model).config_hash())
 
     def captures(self, spec) -> bool:
         return spec.untrainable is None
 
     def capture_options(self, settings) -> dict:
-        return {"steps": settings.train_steps}
+        return {"steps": settings.of(self.name, "steps")}
 
     def stale(self, meta: dict, settings) -> str | None:
-        steps = meta.get("train", {}).get("steps")
-        if steps != settings.train_steps:
-            return (f"holds {steps} training steps where --train-steps asks for {settings.train_steps}: recapture "
-                    f"it with `harness capture --models {meta.get('model')} --kinds train --shapes "
-                    f"{meta.get('shape')} --train-steps {settings.train_steps} --force`")
+        steps, asked = meta.get("train", {}).get("steps"), settings.of(self.name, "steps")
+        if steps != asked:
+            return (f"holds {steps} training steps where --train-steps asks for {asked}: recapture it with `harness "
+                    f"capture --models {meta.get('model')} --kinds train --shapes {meta.get('shape')} --train-steps "
+                    f"{asked} --force`")
         return None
 
-    def capture(self, model, shape, root, force=False, weights_dir=None, steps: int = DEFAULT_STEPS):
+    def capture(self, model, shape, root, force=False, weights_dir=None, steps: int = STEPS.default):
         """The fp32 single-device run: its losses, gradients at step 1 and weights after the last step, with the
         seed weights and the whole batch (latents, conditions, every step's noise and sigmas)."""
+        import torch
+
+        from harness.catalogue.zoo import get_spec
+        from harness.core import determinism
+        from harness.core.reference import reference_meta, reference_path, write_reference
+        from harness.rank import training
+
         spec = get_spec(model)
         path = reference_path(root, spec.name, shape, self.name)
         if path.exists() and not force:
@@ -100,7 +146,13 @@ class TrainKind(Kind):
         inputs = {**batch.conditions, "hidden_states": batch.latents}
         return path, write_reference(path, seed_weights, inputs, ran["losses"], meta, force=force, extras=extras)
 
-    def build(self, case: Case, reference: Reference, device) -> Built:
+    def build(self, case, reference, device) -> Built:
+        import torch
+
+        from harness.catalogue.zoo import get_spec
+        from harness.core.dtypes import torch_dtype
+        from harness.rank import noise, training
+
         spec = get_spec(case.model)
         model = spec.model_class()(**reference.meta["config"])
         model.load_state_dict(reference.weights)
@@ -146,7 +198,7 @@ class TrainKind(Kind):
             with state["kernel"]():
                 return {**state["trainer"].run(recording), "engine": state["engine"]}
 
-        def forward() -> torch.Tensor:
+        def forward():
             if "trainer" not in state:
                 parallelize(None)
             return state["trainer"].first_forward()
@@ -157,8 +209,10 @@ class TrainKind(Kind):
     def detach(self, output):
         return output
 
-    def comparable(self, output) -> torch.Tensor:
+    def comparable(self, output):
         """Everything a rank ends with, in one vector: every rank of a correct loop holds the same."""
+        import torch
+
         parts = [output["losses"].float()] + [output[key][name].flatten() for key in ("gradients", "weights")
                                               for name in sorted(output[key])]
         return torch.cat(parts).contiguous()
@@ -166,6 +220,8 @@ class TrainKind(Kind):
     def measure(self, output, reference, baseline, case, images_dir, draws=None) -> dict:
         """Against the fp32 reference; in low precision also the single-device run of the same dtype (`baseline`)
         and the other draws of its noise (`draws`), whose largest errors set the limits."""
+        from harness.rank.compare import training_errors
+
         expected = _expected(reference)
         metrics = training_errors(output, *expected)
         metrics.update(losses=output["losses"].tolist(), reference_losses=reference.output.tolist(),
@@ -184,35 +240,41 @@ class TrainKind(Kind):
                 metrics["baseline_losses"] = run["losses"].tolist()
         return metrics
 
-    def draws_for(self, case: Case) -> tuple[str, ...]:
+    def draws_for(self, case) -> tuple[str, ...]:
         """Low precision is judged against the noise of its dtype: the single-device run and these other draws."""
+        from harness.rank import noise
+
         return noise.DRAWS if case.dtype != "fp32" else ()
 
-    def judge(self, result: CaseResult, metrics: dict, policy: Policy) -> list[Evidence]:
+    def judge(self, result, metrics: dict, policy: TrainPolicy) -> list[Evidence]:
         """Every check, each failure an item naming its parameter. Always: no NaN/Inf, a gradient for every
         parameter, and ranks that agree bit for bit on the losses and every plain parameter. fp32: the loss, each
         parameter's gradient and weights within their limits (bitwise-equal losses with `exact`). Low precision
         (mixed precision): the loss, all gradients together and each parameter's gradient within the budget of the
-        noise the dtype alone makes, measured by two single-device runs of the dtype (the weights after a few AdamW
+        noise the dtype alone makes, measured by five single-device runs of the dtype (the weights after a few AdamW
         steps are noise in low precision: its first steps move every weight by about the learning rate, whatever
         the sign noise)."""
-        limits = policy.train_limits
-        result.loss_err, result.grad_err = metrics["loss_rel_err"], metrics["grad_err"]
-        result.worst_param, result.nonfinite = metrics["worst_param"], metrics["nonfinite"]
-        result.max_abs_err = metrics["weight_max_abs_err"]
+        nonfinite = metrics["nonfinite"]
         found = []
-        if result.nonfinite:
-            found.append(Evidence("nonfinite", f"training produced {result.nonfinite} non-finite values (NaN/Inf)",
-                                  value=result.nonfinite, limit=0))
+        if nonfinite:
+            found.append(Evidence("nonfinite", f"training produced {nonfinite} non-finite values (NaN/Inf)",
+                                  value=nonfinite, limit=0))
         found += [Evidence("missing_grad", f"no gradient for {name}", name) for name in metrics["missing"]]
         found += per_subject("ranks_disagree", metrics["disagreement"], 0.0,
                              "the ranks disagree on {subject} (each rank trains its own copy) by", ">")
+        limits = self._limits(metrics, policy, result.dtype)
+        figures = [GRAD.of(metrics["grad_err"], limits["grad_err"]), LOSS.of(metrics["loss_rel_err"],
+                                                                              limits["loss_rel"]),
+                   WORST.of(metrics["worst_param"]), WEIGHTS.of(metrics["weight_max_abs_err"], limits["weights"]),
+                   NONFINITE.of(nonfinite)]
         if result.dtype == "fp32":
-            result.tolerance = limits["grad_rel"]
-            found += self._judge_fp32(metrics, limits, policy.exact)
+            found += self._judge_fp32(metrics, policy.limits, policy.exact)
         else:
-            found += self._judge_low_precision(result, metrics, policy)
-        result.extra["train"] = _figures(metrics, self._limits(metrics, policy, result.dtype))
+            found += self._judge_low_precision(result.dtype, metrics, policy, limits, figures)
+        worst = _worst_gradients(metrics, limits)
+        result.extra["train"] = _details(metrics, limits)
+        result.extra["blocks"] = _blocks(metrics, result.dtype, worst)
+        result.figures = figures
         return found
 
     @staticmethod
@@ -231,21 +293,21 @@ class TrainKind(Kind):
                              "weights of {subject} after the last step (max abs err)")
         return found
 
-    def _judge_low_precision(self, result: CaseResult, metrics: dict, policy: Policy) -> list[Evidence]:
+    def _judge_low_precision(self, dtype: str, metrics: dict, policy: TrainPolicy, limit: dict,
+                             figures: list) -> list[Evidence]:
         if metrics["noise_errors"]:
             failed = "; ".join(f"{name}: {error}" for name, error in metrics["noise_errors"].items())
-            return [Evidence("cannot_judge", f"cannot judge: the single-device {result.dtype} training failed "
+            return [Evidence("cannot_judge", f"cannot judge: the single-device {dtype} training failed "
                                              f"({failed}), so there is no measure of its noise")]
-        limit = self._limits(metrics, policy, result.dtype)
         noise_err = max(run["grad_err"] for run in metrics["noise"].values())
-        result.baseline_err, result.tolerance = noise_err, limit["grad_err"]
-        result.err_ratio = _ratio(result.grad_err, noise_err)
-        found, dtype, times = [], result.dtype, policy.noise_factor
-        if not result.err_ratio <= policy.budget_factor:
-            found.append(Evidence("grad_err_ratio", f"gradients: rel L2 err {result.grad_err:.3g} is "
-                                                    f"{result.err_ratio:.2f}x the single-device {dtype} noise "
-                                                    f"{noise_err:.3g} (budget {policy.budget_factor}x)",
-                                  value=result.err_ratio, limit=policy.budget_factor))
+        ratio, times = _ratio(metrics["grad_err"], noise_err), policy.noise_factor
+        figures += [NOISE.of(noise_err), RATIO.of(ratio, policy.budget_factor)]
+        found = []
+        if not ratio <= policy.budget_factor:
+            found.append(Evidence("grad_err_ratio", f"gradients: rel L2 err {metrics['grad_err']:.3g} is "
+                                                    f"{ratio:.2f}x the single-device {dtype} noise {noise_err:.3g} "
+                                                    f"(budget {policy.budget_factor}x)",
+                                  value=ratio, limit=policy.budget_factor))
         if not metrics["loss_rel_err"] <= limit["loss_rel"]:
             found.append(Evidence("loss_rel", f"loss: rel err {metrics['loss_rel_err']:.3g} > {limit['loss_rel']:.3g} "
                                               f"({times}x the single-device {dtype} noise)",
@@ -256,26 +318,26 @@ class TrainKind(Kind):
         return found
 
     @staticmethod
-    def _limits(metrics: dict, policy: Policy, dtype: str) -> dict:
-        """The limits a case answered to: fp32 the fixed ones; low precision `noise_factor` x the largest error
-        of the single-device runs of its dtype (its noise, measured: harness.rank.noise), per parameter and for the
-        loss, and `budget_factor` x theirs for all gradients together."""
+    def _limits(metrics: dict, policy: TrainPolicy, dtype: str) -> dict:
+        """The limits a case answers to: fp32 the fixed ones; low precision `noise_factor` x the largest error of
+        the single-device runs of its dtype (its noise, measured: harness.rank.noise), per parameter and for the
+        loss, and `budget_factor` x theirs for all gradients together; None where a figure answers to none."""
         runs = list(metrics.get("noise", {}).values())
-        if dtype == "fp32" or not runs or metrics.get("noise_errors"):
-            return {"params": {}, "loss_rel": (policy.train_limits or {}).get("loss_rel"), "grad_err": None}
+        if dtype == "fp32":
+            fixed = policy.limits or {}
+            return {"params": {name: fixed.get("grad_rel") for name in metrics["param_errors"]},
+                    "loss_rel": fixed.get("loss_rel"), "grad_err": None, "weights": fixed.get("weight_abs")}
+        if not runs or metrics.get("noise_errors"):
+            return {"params": {}, "loss_rel": None, "grad_err": None, "weights": None}
         return {"params": {name: policy.noise_factor * max(run["params"].get(name, 0.0) for run in runs)
                            for name in metrics["param_errors"]},
                 "loss_rel": policy.noise_factor * max(run["loss_rel_err"] for run in runs),
-                "grad_err": policy.budget_factor * max(run["grad_err"] for run in runs)}
+                "grad_err": policy.budget_factor * max(run["grad_err"] for run in runs), "weights": None}
 
-    def rank_tolerance(self, result: CaseResult) -> float | None:
+    def rank_tolerance(self, policy) -> float | None:
         """None: the judge compares what the ranks end with itself, bit for bit and by name (the losses and every
         plain parameter; a DTensor is one value once gathered), so a generic comparison would only repeat it."""
         return None
-
-    def cell(self, result: CaseResult) -> str:
-        return f" g{result.grad_err:.0e}" if result.grad_err is not None else ""
-
 
 def _ratio(value: float, baseline: float) -> float:
     return value / baseline if baseline > 0 else (0.0 if value == 0 else float("inf"))
@@ -283,42 +345,61 @@ def _ratio(value: float, baseline: float) -> float:
 
 def _recipe_hash(config_hash: str) -> str:
     """The spec's config hash and the training recipe: a reference trained another way is stale."""
+    from harness.rank import training
+
     payload = json.dumps({"config": config_hash, "recipe": training.RECIPE}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def _batch(reference: Reference) -> training.Batch:
+def _batch(reference):
+    from harness.rank import training
+
     conditions = {key: value for key, value in reference.inputs.items() if key != "hidden_states"}
     return training.Batch(conditions, tuple(reference.meta["train"]["batched"]), reference.inputs["hidden_states"],
                           reference.extras["noise"], reference.extras["sigmas"])
 
 
-def _expected(reference: Reference) -> tuple:
+def _expected(reference) -> tuple:
     gradients = {key[len(_GRAD):]: value for key, value in reference.extras.items() if key.startswith(_GRAD)}
     weights = {key[len(_FINAL):]: value for key, value in reference.extras.items() if key.startswith(_FINAL)}
     return reference.output, gradients, weights
 
 
-def _figures(metrics: dict, limits: dict) -> dict:
-    """What the report shows of a train case: the loss curves, the ten worst gradients (with the limit each answered
-    to and the largest single-device noise draw in low precision), the tightest margin to a limit, and the other
-    figures."""
-    worst = sorted(metrics["param_errors"].items(), key=lambda item: -item[1]["rel_l2"])[:10]
+def _worst_gradients(metrics: dict, limits: dict) -> list[list]:
+    """The ten parameters whose step-1 gradient is furthest from the reference: name, rel L2 and max abs error, the
+    single-device run's error and the largest noise draw's (low precision), and the limit it answered to."""
     runs, params = metrics.get("noise", {}), limits["params"]
+    worst = sorted(metrics["param_errors"].items(), key=lambda item: -item[1]["rel_l2"])[:10]
+    return [[name, value["rel_l2"], value["max_abs"],
+             runs[SINGLE]["params"].get(name) if SINGLE in runs else None,
+             max((run["params"].get(name, 0.0) for run in runs.values()), default=None), params.get(name)]
+            for name, value in worst]
+
+
+def _details(metrics: dict, limits: dict) -> dict:
+    """What a train case keeps besides its figures and blocks: the tightest margin to a limit, the noise draws' own
+    figures, and how the loop ran."""
+    params = limits["params"]
     closest = max(((value["rel_l2"] / params[name], name) for name, value in metrics["param_errors"].items()
                    if params.get(name)), default=None)
     return {
-        "losses": metrics["losses"], "reference_losses": metrics["reference_losses"],
-        "baseline_losses": metrics.get("baseline_losses"),
-        "worst_gradients": [{"param": name, "rel_l2": value["rel_l2"], "max_abs": value["max_abs"],
-                             "baseline_rel_l2": runs[SINGLE]["params"].get(name) if SINGLE in runs else None,
-                             "noise_rel_l2": max((run["params"].get(name, 0.0) for run in runs.values()),
-                                                 default=None),
-                             "limit": params.get(name)} for name, value in worst],
         "closest_to_limit": None if closest is None else {"param": closest[1], "ratio": closest[0]},
         "loss_limit": limits["loss_rel"],
         "noise": {name: {"loss_rel_err": run["loss_rel_err"], "grad_err": run["grad_err"]}
-                  for name, run in runs.items()} or None,
-        **{key: metrics.get(key) for key in ("loss_abs_err", "loss_bitwise_equal", "grad_max_abs_err",
-                                             "weight_max_abs_err", "engine", "disagreement", "missing")},
+                  for name, run in metrics.get("noise", {}).items()} or None,
+        **{key: metrics.get(key) for key in ("loss_abs_err", "loss_bitwise_equal", "grad_max_abs_err", "engine",
+                                             "disagreement", "missing")},
     }
+
+
+def _blocks(metrics: dict, dtype: str, worst: list[list]) -> list[dict]:
+    """What the page draws of a train case: the loss of every step and the gradients furthest from the reference."""
+    lines = [("reference (fp32, one device)", metrics["reference_losses"], "ref"), ("this layout", metrics["losses"],
+                                                                                     "run")]
+    if metrics.get("baseline_losses") and dtype != "fp32":
+        lines.append((f"one device, {dtype}", metrics["baseline_losses"], "base"))
+    engine = f"data parallel by {metrics['engine']}" if metrics.get("engine") else ""
+    return [series("Loss per step", lines, note=engine),
+            table("Step-1 gradients furthest from the reference",
+                  ["parameter", "rel L2 err", "max abs err", "one device, same dtype", "largest noise draw", "limit"],
+                  worst, code_columns=(0,))]

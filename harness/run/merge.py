@@ -14,10 +14,11 @@ from pathlib import Path
 
 from harness.core.errors import HarnessError
 from harness.core.results import CaseResult
-from harness.run import matrix
-from harness.run.report.idsets import describe
-from harness.run.runner import time_breakdown, write_reports
+from harness.report import matrix
+from harness.report.idsets import describe
+from harness.report.write import write_reports
 from harness.run.shards import digest
+from harness.run.timing import time_breakdown
 
 
 @dataclass
@@ -115,7 +116,7 @@ def _header(parts: list[Part], results: list[CaseResult]) -> dict:
     breakdowns = [part.header.get("time_breakdown") or {} for part in parts]
     startups = sum(b.get("launch start-ups", 0.0) for b in breakdowns)
     unmatched = [set(part.header.get("known_issues_unmatched", [])) for part in parts]
-    header = {key: first[key] for key in ("environment", "reference_environment", "version_mismatch", "tolerances")
+    header = {key: first[key] for key in ("environment", "reference_environment", "version_mismatch", "limits")
               if key in first}
     header.update({
         "counts": matrix.counts(results), "settings": settings,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -16,16 +15,16 @@ from harness.core.errors import HarnessError
 from harness.core.records import GroupSpec, Outcome
 from harness.core.reference import reference_path
 from harness.core.results import CaseResult, Status, write_results
-from harness.kinds import Policy
-from harness.run import matrix, shards
+from harness.report import matrix
+from harness.report.images import prune_images
+from harness.report.write import write_reports
+from harness.run import shards, timing
 from harness.run.capture import ensure_references
 from harness.run.known_issues import load_known_issues
 from harness.run.launch import GroupStats, Nodes, group_by_world_size, run_group
 from harness.run.launchers import OWN_OPTIONS, launcher_from
 from harness.run.nodes import WORKDIR, SharedRun
 from harness.run.plan import PlannedCase, build_plan, max_ranks, uncovered_rows
-from harness.run.report import render_html
-from harness.run.report.images import prune_images
 from harness.run.settings import Settings
 from harness.run.verdict import apply_expected_refusal, apply_known_issues, judge, not_run
 
@@ -84,7 +83,7 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     header = _header(settings, versions, results, started, time.monotonic() - clock, stats.launches)
     if shard is not None:
         header["shard"] = shard.header
-    header["time_breakdown"] = time_breakdown(results, stats.startup_s, header["wall_s"], localize_s, plan_s)
+    header["time_breakdown"] = timing.time_breakdown(results, stats.startup_s, header["wall_s"], localize_s, plan_s)
     header["known_issues_unmatched"] = _unmatched(issues, results)
     if settings.plan == "full" and header["known_issues_unmatched"]:  # the full plan is what the entries are for
         echo(f"note: {len(header['known_issues_unmatched'])} known-issue entries matched no case of the full plan "
@@ -98,7 +97,7 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
         echo(f"note: {header['version_mismatch']}")
     echo(matrix.terminal(results))
     echo(f"reports: {report_dir / 'index.html'}, {report_dir / 'matrix.csv'}, {report_dir / 'matrix.md'}")
-    echo(time_line(header["time_breakdown"]))
+    echo(timing.time_line(header["time_breakdown"]))
     failed = any(r.status.is_failure(settings.xfail_strict) for r in results)
     unchecked = _no_parallel_ran(plan, results) and not settings.allow_no_parallel
     if unchecked:
@@ -163,11 +162,7 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
         nodes = Nodes(launcher, _capacity(settings), shared)
 
         def on_outcome(outcome: Outcome) -> None:
-            dtype = outcome.case.dtype
-            policy = Policy(settings.tolerance_for(dtype), settings.budget_factor, settings.image_limit(dtype),
-                            settings.budget_max_factor, settings.train_tolerance.get(dtype), settings.train_exact,
-                            settings.train_noise_factor)
-            result = judge(outcome, policy)
+            result = judge(outcome, settings)
             result = apply_known_issues(apply_expected_refusal(result, refusals.get(result.case_id)), issues)
             prune_images(result, report_dir / "images", settings.images)
             done[result.case_id] = result
@@ -193,36 +188,6 @@ def _shared(nnodes: int, workdir: Path):
     return SharedRun(workdir, nnodes) if nnodes > 1 else contextlib.nullcontext()
 
 
-# "forward" is the case's run with the proof's recording in it (harness.rank.recorder)
-PHASES = ("reference loading", "model build", "parallel setup", "forward", "baselines", "metrics and images", "gathers")
-
-
-def time_breakdown(results: list[CaseResult], startup_s: float, wall_s: float,
-                   localize_s: float = 0.0, plan_s: float = 0.0) -> dict:
-    """Where the wall time went: making the plan, launch start-ups, rank 0's phases summed over the cases,
-    localization (its own launches, apart), and the rest (capture, judging, waiting); the floor is start-ups plus
-    the cases' own time (`seconds`), which a run cannot go below without changing what a case does."""
-    phases = {name: 0.0 for name in PHASES}
-    for result in results:
-        for name, seconds in (result.extra.get("phases") or {}).items():
-            phases[name] = phases.get(name, 0.0) + seconds
-    floor = startup_s + sum(result.seconds or 0.0 for result in results)
-    accounted = startup_s + sum(phases.values()) + localize_s + plan_s
-    return {"wall": round(wall_s, 2), "plan": round(plan_s, 2), "launch start-ups": round(startup_s, 2),
-            **{name: round(value, 2) for name, value in phases.items()}, "localization": round(localize_s, 2),
-            "other (capture, judging, waits)": round(max(wall_s - accounted, 0.0), 2),
-            "floor": round(floor, 2), "ratio to floor": round(wall_s / floor, 2) if floor > 0 else None}
-
-
-def time_line(breakdown: dict) -> str:
-    """One terminal line: the wall, the floor and the biggest parts."""
-    parts = sorted(((name, value) for name, value in breakdown.items()
-                    if name not in ("wall", "floor", "ratio to floor") and value), key=lambda item: -item[1])
-    shown = ", ".join(f"{name} {value:.0f}s" for name, value in parts[:6])
-    return (f"time: {breakdown['wall']:.0f}s wall ({shown}); floor {breakdown['floor']:.0f}s, "
-            f"{breakdown['ratio to floor']}x")
-
-
 def _auto_timeout(cases, root: Path) -> float:
     """300 s, plus 60 s per GB of the largest reference's weights: a wide margin, since a hang is found by the
     stall detection (harness.run.launch) long before; this bound is for a group that spins without progress."""
@@ -232,7 +197,7 @@ def _auto_timeout(cases, root: Path) -> float:
 
 
 def _progress_line(index: int, result: CaseResult, total: int) -> str:
-    number = f" max_abs_err={result.max_abs_err:.2e}" if result.max_abs_err is not None else ""
+    number = f" {result.cell}" if result.cell else ""
     reason = f"  ({_shorten(result.reason)})" if result.reason and result.status is not Status.PASS else ""
     seconds = f" {result.seconds:.2f}s" if result.seconds is not None else ""
     return f"[{index}/{total}] {result.status.value:7s} {result.case_id}{number}{seconds}{reason}"
@@ -324,25 +289,10 @@ def _header(settings, versions, results, started, wall_s, launches) -> dict:
         **versions,
         "counts": matrix.counts(results),
         "settings": {key: value for key, value in settings.values.items()},
-        "tolerances": settings.tolerance,
+        "limits": {kind: settings.option(f"{kind}_limits") for kind in settings.kinds
+                   if f"{kind}_limits" in settings.kind_values},
         "world_sizes": sorted({r.world_size for r in results}),
         "started": started,
         "wall_s": round(wall_s, 2),
         "launches": launches,
     }
-
-
-def write_reports(report_dir: Path, results: list[CaseResult], header: dict) -> None:
-    write_results(report_dir / "results.json", results, header)
-    matrix.write_csv(results, report_dir / "matrix.csv")
-    lines = [f"diffusers {header['environment']['diffusers']}, torch {header['environment']['torch']}, "
-             f"{header['environment']['device']}", ""]
-    if header.get("version_mismatch"):
-        lines += [f"> {header['version_mismatch']}", ""]
-    text = matrix.markdown(results, lines)
-    (report_dir / "matrix.md").write_text(text)
-    render_html(report_dir)
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a") as handle:
-            handle.write(text)

@@ -1,6 +1,8 @@
 """Every option declared once: CLI flags, pytest options and `[tool.harness]` keys share this table.
 
-Precedence: command line > `[tool.harness]` in pyproject.toml > the default here.
+The run's own options are the fields of `Settings`; each kind declares its own (harness.kinds: `Kind.options`, its
+per-dtype `limits`), written `[tool.harness.<kind>] <name>` in pyproject.toml and `--<kind>-<name>` on the command
+line. Precedence: command line > `--plan` preset > `[tool.harness]` > the default.
 """
 
 from __future__ import annotations
@@ -14,23 +16,14 @@ from typing import Any
 from harness.core.backend_names import CUDA_ONLY, EVERY_DEVICE
 from harness.core.errors import HarnessError
 from harness.core.layouts import DEFAULT_LAYOUTS, FULL_LAYOUTS
+from harness.core.options import DTYPE_KEYS, Option
+from harness.kinds import KINDS
+from harness.report.images import POLICIES
 
 
-@dataclass(frozen=True)
-class Option:
-    name: str
-    default: Any
-    help: str
-    is_list: bool = False
-    is_table: bool = False  # a TOML table per dtype (`[tool.harness.tolerance]`), merged key by key; no CLI flag
-    choices: tuple[str, ...] = ()  # the valid values, where only a few are
-
-
-def _option(default: Any, help: str, is_list: bool = False, is_table: bool = False, choices: tuple[str, ...] = ()):
+def _option(default: Any, help: str, is_list: bool = False, choices: tuple[str, ...] = ()):
     return field(default_factory=lambda: copy.deepcopy(default),
-                 metadata={"help": help, "is_list": is_list, "is_table": is_table, "choices": choices})
-
-
+                 metadata={"help": help, "is_list": is_list, "choices": choices})
 
 
 @dataclass
@@ -41,8 +34,9 @@ class Settings:
     plan: str = _option("quick", "Preset for the options not given: quick (CI) or full (everything).",
                         choices=("quick", "full"))
     models: list[str] = _option(["flux", "flux2", "qwenimage"], "Models of the zoo to run, comma-separated.", True)
-    kinds: list[str] = _option(["tensor", "image", "train"], "tensor (one forward), image (a whole pipeline), train "
-                                                              "(a few training steps).", True)
+    kinds: list[str] = _option(list(KINDS), "Kinds of case to run: " + ", ".join(f"{kind.name} ({kind.help})"
+                                                                               for kind in KINDS.values()) + ".",
+                               True)
     weights: str | None = _option(None, "A local diffusers checkpoint folder to run the image cases on (never the "
                                         "hub).")
     shapes: list[str] = _option(["default", "masked"], "Input shapes per model (default, txt7, img15, masked, ...) "
@@ -51,15 +45,6 @@ class Settings:
                                  True)
     backends: list[str] = _option(list(EVERY_DEVICE), "Attention backends to run.", True)
     dtypes: list[str] = _option(["fp32", "bf16"], "Dtypes to run (fp32, bf16, fp16), comma-separated.", True)
-    train_models: list[str] | None = _option(None, "Models the train kind runs (default: those of --models).", True)
-    train_layouts: list[str] | None = _option(None, "Layouts the train kind runs, dpN and dpNx<cp> included "
-                                                    "(default: those of --layouts).", True)
-    train_shapes: list[str] | None = _option(None, "Shapes the train kind runs (default: those of --shapes).", True)
-    train_steps: int = _option(3, "Optimizer steps a train case runs (and its reference holds).")
-    train_noise_factor: float = _option(2.0, "Low-precision train cases: most each gradient and the loss may be of "
-                                             "the largest error of five single-device draws of their dtype's noise.")
-    train_exact: bool = _option(False, "fp32 train cases must reproduce the reference's losses bit for bit, as "
-                                       "torchtitan's loss comparison demands of deterministic runs.")
     references: str = _option("references", "Directory of the captured fp32 references.")
     report_dir: str = _option("reports", "Directory where matrix.csv, matrix.md and results.json are written.")
     known_issues: str = _option("known_issues.toml", "TOML file of known failures that become XFAIL.")
@@ -78,28 +63,7 @@ class Settings:
                                         "xfail_strict: its entry must then be removed or narrowed.")
     images: str = _option("failing", "PNGs an image case keeps: failing (all four for FAIL/ERROR/TIMEOUT, one "
                                      "thumbnail otherwise) or all (reference, candidate, difference, SSIM map).",
-                          choices=("failing", "all"))
-    tolerance: dict[str, float] = _option(
-        {"fp32": 1e-5, "bf16": 0.15, "fp16": 2e-2},
-        "Tensor cases: max abs error against the fp32 reference, per dtype.", is_table=True)
-    # Limits for the tiny pipelines (64x64, 2 steps), from benchmarks/image_separation.py: correct layouts measure
-    # fp32 SSIM 1 - 1e-12, PSNR >= 110 dB, max <= 1e-5; bf16 (vs the fp32 and the bf16 single-device picture) SSIM
-    # >= 0.9991, PSNR >= 46.5 dB, max <= 0.039; broken layouts SSIM <= 0.86, PSNR <= 25.3 dB, max >= 0.27 in every
-    # dtype (SSIM <= 0.921, PSNR <= 29.9 dB over 8 latent seeds). Each limit sits between the two, in ratio terms.
-    image: dict[str, dict[str, float]] = _option(
-        {"fp32": {"ssim_min": 0.9999, "psnr_min": 60.0, "max_abs_err_max": 5e-3},
-         "bf16": {"ssim_min": 0.99, "psnr_min": 38.0, "max_abs_err_max": 0.10},
-         "fp16": {"ssim_min": 0.999, "psnr_min": 45.0, "max_abs_err_max": 0.03}},
-        "Image cases: SSIM, PSNR and max pixel error limits per dtype.", is_table=True)
-    # Train cases, fp32, from clean layouts of flux and qwenimage (3 AdamW steps): loss rel err <= 1.1e-7, each
-    # parameter's gradient rel L2 err <= 1e-6, weights <= 1.3e-5 (helios_amplify's dp2 1.9e-4: AdamW turns the noise
-    # of a near-zero gradient into a step of up to the learning rate); a ring4 backward that sends gradients the wrong
-    # way measures loss 3e-4, gradients 1.0, weights 6e-3. Low precision has no fixed limit: the noise of its own
-    # dtype, measured on one device in every run, sets them (harness/kinds/train.py).
-    train_tolerance: dict[str, dict[str, float]] = _option(
-        {"fp32": {"loss_rel": 1e-5, "grad_rel": 1e-4, "weight_abs": 1e-3}},
-        "Train cases, fp32: loss rel err, each gradient's rel L2 err and the weights' max abs err after the last step.",
-        is_table=True)
+                          choices=POLICIES)
     launcher: str = _option("local", "How ranks start: local (torchrun on this host), torchrun (multi-node c10d "
                                      "rendezvous; run the same command on every node) or slurm (srun, or an sbatch "
                                      "script with --slurm-script).", choices=("local", "torchrun", "slurm"))
@@ -117,38 +81,46 @@ class Settings:
     shard: str = _option("", "K/N: run only part K of N of the plan (balanced by predicted cost, each model's "
                              "world size whole); `harness merge` joins the N reports.")
     root: Path = field(default=Path("."), metadata={"option": False})
+    kind_values: dict[str, Any] = field(default_factory=dict, metadata={"option": False})  # by flat key
 
     @property
     def values(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in OPTIONS}
+        """Every option's value by its flat key (a kind's too: `train_steps`)."""
+        return {key: self.option(key) for key in OPTIONS}
+
+    def option(self, key: str) -> Any:
+        return self.kind_values[key] if key in self.kind_values else getattr(self, key)
+
+    def of(self, kind: str, name: str) -> Any:
+        """The value of kind `kind`'s own option `name`."""
+        return self.kind_values[f"{kind}_{name}"]
+
+    def limits(self, kind: str, dtype: str) -> Any:
+        """Kind `kind`'s limits for `dtype` (its per-dtype table; None where it has none for that dtype)."""
+        return (self.kind_values.get(f"{kind}_limits") or {}).get(dtype)
 
     def path(self, name: str) -> Path:
         value = Path(getattr(self, name))
         return value if value.is_absolute() else self.root / value
 
-    def tolerance_for(self, dtype: str) -> float:
-        return self.tolerance[dtype]
-
-    def image_limit(self, dtype: str) -> dict[str, float]:
-        return self.image[dtype]
-
     def kind_scope(self, kind: str) -> tuple[list[str], list[str], list[str]]:
-        """The models, layouts and shapes a kind runs: its own `<kind>_models` / `_layouts` / `_shapes` where it has
-        them (train), else --models, --layouts and --shapes."""
-        return (getattr(self, f"{kind}_models", None) or self.models,
-                getattr(self, f"{kind}_layouts", None) or self.layouts,
-                getattr(self, f"{kind}_shapes", None) or self.shapes)
+        """The models, layouts and shapes a kind runs: its own `models` / `layouts` / `shapes` options where it
+        declares them (train), else --models, --layouts and --shapes."""
+        return tuple(self.kind_values.get(f"{kind}_{axis}") or getattr(self, axis) for axis in SCOPED)
 
     @property
     def scopes(self) -> dict[str, tuple[list[str], list[str], list[str]]]:
         return {kind: self.kind_scope(kind) for kind in self.kinds}
 
 
-OPTIONS = {
-    f.name: Option(f.name, f.default_factory(), f.metadata["help"], f.metadata["is_list"], f.metadata["is_table"],
-                   f.metadata["choices"])
+SCOPED = ("models", "layouts", "shapes")  # the plan axes a kind may narrow with options of its own names
+
+OPTIONS: dict[str, Option] = {
+    f.name: Option(f.name, f.default_factory(), f.metadata["help"], f.metadata["is_list"],
+                   choices=f.metadata["choices"])
     for f in fields(Settings) if f.metadata.get("option", True)
 }
+OPTIONS.update({option.key: option for kind in KINDS.values() for option in kind.all_options()})
 
 # The options `harness run` and the pytest plugin take as flags (capture and selftest take subsets).
 RUN_OPTIONS = tuple(name for name, option in OPTIONS.items() if not option.is_table)
@@ -177,7 +149,8 @@ def find_pyproject(start: Path) -> Path | None:
 
 
 def load_settings(overrides: dict[str, Any] | None = None, start: Path | None = None) -> Settings:
-    """Defaults, then `[tool.harness]`, then the non-None `overrides` (from the CLI or pytest)."""
+    """Defaults, then `[tool.harness]` (and its `[tool.harness.<kind>]` tables), then the `--plan` preset for what
+    neither gave, then the non-None `overrides` (from the CLI or pytest, by flat key)."""
     start = (start or Path.cwd()).resolve()
     pyproject = find_pyproject(start)
     table: dict[str, Any] = {}
@@ -187,41 +160,87 @@ def load_settings(overrides: dict[str, Any] | None = None, start: Path | None = 
         except tomllib.TOMLDecodeError as error:
             raise HarnessError(f"{pyproject}: invalid TOML ({error})") from None
     root = pyproject.parent if pyproject is not None else start
-    values = {name: option.default for name, option in OPTIONS.items()}
-    for key, value in table.items():
-        name = key.replace("-", "_")
-        if name not in OPTIONS:
-            raise HarnessError(f"{pyproject}: unknown key [tool.harness] {key!r}; valid keys: {', '.join(OPTIONS)}")
-        values[name] = _merged(OPTIONS[name], values[name], value, pyproject) if OPTIONS[name].is_table else value
+    values = {key: copy.deepcopy(option.default) for key, option in OPTIONS.items()}
+    given = _from_pyproject(table, values, pyproject)
     overrides = {key: value for key, value in (overrides or {}).items() if value is not None}
     plan = overrides.get("plan", values["plan"])
     if plan not in PLANS:
         raise HarnessError(f"unknown plan {plan!r}; valid plans: {', '.join(OPTIONS['plan'].choices)}")
-    explicit = {key.replace("-", "_") for key in table} | set(overrides)
+    explicit = given | set(overrides)
     preset = {key: value for key, value in PLANS[plan].items() if key not in explicit}
     for key, value in {**preset, **overrides}.items():
         values[key] = split_list(value) if OPTIONS[key].is_list else value
-    for given, own in (("models", "train_models"), ("layouts", "train_layouts"), ("shapes", "train_shapes")):
-        if given in explicit and own not in explicit:  # `--models wan --kinds train` trains wan
-            values[own] = None
+    for kind in KINDS:  # `--models wan --kinds train` trains wan: a scope the user gives is every kind's
+        for axis in SCOPED:
+            if axis in explicit and f"{kind}_{axis}" in OPTIONS and f"{kind}_{axis}" not in explicit:
+                values[f"{kind}_{axis}"] = None
     for key, value in values.items():
         values[key] = _typed(OPTIONS[key], value, pyproject)
-    for name, option in OPTIONS.items():
-        if option.choices and values[name] not in option.choices:
-            raise HarnessError(f"option {name}: {values[name]!r} is not one of {', '.join(option.choices)}")
-    for key in ("models", "train_models"):
-        if values[key] == ["all"]:
+    for key, option in OPTIONS.items():
+        if option.choices and values[key] not in option.choices:
+            raise HarnessError(f"option {key}: {values[key]!r} is not one of {', '.join(option.choices)}")
+    for key in ("models", *(f"{kind}_models" for kind in KINDS)):
+        if values.get(key) == ["all"]:
             from harness.catalogue.zoo import SPECS
 
             values[key] = list(SPECS)
-    return Settings(**values, root=root)
+    own = {key: values.pop(key) for key in list(values) if OPTIONS[key].kind}
+    return Settings(**values, root=root, kind_values=own)
+
+
+def _from_pyproject(table: dict, values: dict, pyproject) -> set[str]:
+    """`[tool.harness]` into `values` (by flat key); returns the keys it gave. A kind's table holds its options by
+    their own names and its per-dtype limits under the dtypes' names (`[tool.harness.tensor] fp32 = 1e-5`)."""
+    given = set()
+    for key, value in table.items():
+        name = key.replace("-", "_")
+        if name in KINDS:
+            given |= _kind_table(name, value, values, pyproject)
+        elif name in OPTIONS and not OPTIONS[name].kind:
+            values[name] = value
+            given.add(name)
+        else:
+            raise HarnessError(_unknown(pyproject, key))
+    return given
+
+
+def _kind_table(kind: str, table: Any, values: dict, pyproject) -> set[str]:
+    if not isinstance(table, dict):
+        raise HarnessError(f"{pyproject}: [tool.harness] {kind} must be a table of the {kind} kind's options, e.g. "
+                           f"[tool.harness.{kind}]")
+    given, limits = set(), {key: value for key, value in table.items() if key in DTYPE_KEYS}
+    if limits:
+        key = f"{kind}_limits"
+        if key not in OPTIONS:
+            raise HarnessError(f"{pyproject}: [tool.harness.{kind}] the {kind} kind has no per-dtype limits")
+        values[key] = _merged(OPTIONS[key], values[key], limits, pyproject)
+        given.add(key)
+    for name, value in table.items():
+        key = f"{kind}_{name.replace('-', '_')}"
+        if name in DTYPE_KEYS:
+            continue
+        if key not in OPTIONS or OPTIONS[key].is_table:
+            mine = ", ".join([*(option.name for option in KINDS[kind].options), *DTYPE_KEYS])
+            raise HarnessError(f"{pyproject}: unknown key [tool.harness.{kind}] {name!r}; valid keys: {mine}")
+        values[key] = value
+        given.add(key)
+    return given
+
+
+def _unknown(pyproject, key: str) -> str:
+    moved = {option.key: option for option in OPTIONS.values() if option.kind}
+    if key in moved:
+        return (f"{pyproject}: [tool.harness] {key!r} is the {moved[key].kind} kind's option: write "
+                f"{moved[key].where()} = ...")
+    if key == "tolerance" or key == "train_tolerance":
+        kind = "tensor" if key == "tolerance" else "train"
+        return f"{pyproject}: [tool.harness.{key}] moved to [tool.harness.{kind}] (its per-dtype limits)"
+    valid = [name for name, option in OPTIONS.items() if not option.kind] + list(KINDS)
+    return f"{pyproject}: unknown key [tool.harness] {key!r}; valid keys: {', '.join(valid)}"
 
 
 def _merged(option: Option, default: dict, given: Any, pyproject) -> dict:
-    """A table option: the default per dtype, with the keys `[tool.harness.<name>]` gives replaced (as numbers)."""
-    if not isinstance(given, dict):
-        raise HarnessError(f"{pyproject}: [tool.harness] {option.name} must be a table, e.g. "
-                           f"[tool.harness.{option.name}]")
+    """A per-dtype table: the default per dtype, with the keys pyproject.toml gives replaced (as numbers)."""
     merged = copy.deepcopy(default)
     for dtype, value in given.items():
         try:
@@ -230,7 +249,7 @@ def _merged(option: Option, default: dict, given: Any, pyproject) -> dict:
             else:
                 merged[dtype] = float(value)
         except (TypeError, ValueError):
-            raise HarnessError(f"{pyproject}: [tool.harness.{option.name}] {dtype}: {value!r} is not a number") \
+            raise HarnessError(f"{pyproject}: [tool.harness.{option.kind}] {dtype}: {value!r} is not a number") \
                 from None
     return merged
 

@@ -8,7 +8,7 @@ from harness.core import evidence
 from harness.core.evidence import Evidence, status_of
 from harness.core.records import Outcome, without_fault
 from harness.core.results import CaseResult, Status
-from harness.kinds import Policy, kind_of
+from harness.kinds import kind_of
 from harness.rank import comms_check
 from harness.rank.kernels import dispatch_mismatch, function_mismatch, kernel_mismatch
 from harness.run.known_issues import KnownIssue
@@ -19,7 +19,8 @@ def base_result(case) -> CaseResult:
                       case.backend, case.dtype)
 
 
-def judge(outcome: Outcome, policy: Policy) -> CaseResult:
+def judge(outcome: Outcome, settings) -> CaseResult:
+    """The case's result: what its run recorded, judged by its kind against the kind's policy for its dtype."""
     result, record = base_result(outcome.case), outcome.record
     result.seconds, result.peak_mem_mb = record.seconds, record.peak_mem_mb
     timings = {"peak_mem_mb_per_rank": record.peak_mem_mb_per_rank, "seconds_per_rank": record.seconds_per_rank,
@@ -41,11 +42,12 @@ def judge(outcome: Outcome, policy: Policy) -> CaseResult:
         rank = "" if record.error_rank is None else f"rank {record.error_rank}"
         return settle(result, [Evidence("error", f"{rank}: {record.error}" if rank else record.error, rank)])
     kind = kind_of(outcome.case.kind)
+    policy = kind.policy(settings, outcome.case.dtype)
     numbers = kind.judge(result, record.metrics, policy)
     # First what a wrong backend or a skipped exchange proves (the numbers behind it are not the case's own), then
     # what rank 0's numbers cannot show (other ranks' outputs, the output's type), then the numbers.
     items = _proof_failures(outcome.case.backend, record) + _integrity_failures(result, record,
-                                                                             kind.rank_tolerance(result))
+                                                                             kind.rank_tolerance(policy))
     return settle(result, items + numbers)
 
 

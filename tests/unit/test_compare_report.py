@@ -10,8 +10,8 @@ import pytest
 
 from harness.cli import main
 from harness.core.results import CaseResult, Status, write_results
-from harness.run.report import status_changes
-from harness.run.report.data import load
+from harness.report import status_changes
+from harness.report.data import load
 
 
 def _result(case_id: str, status: str, reason: str = "") -> CaseResult:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from harness.core.results import CaseResult, Status
 from harness.run import matrix
-from harness.run.report.idsets import compact, describe
+from harness.report.idsets import compact, describe
 
 MODELS = ("flux", "flux2", "qwenimage")
 LAYOUTS = ("single", "ulysses2", "ring2", "ulysses4", "ring4", "ring2xulysses2", "tp2", "tp4")
@@ -149,7 +149,7 @@ def test_brace_patterns_are_exact():
 
 
 def test_time_breakdown_adds_the_phases_and_measures_against_the_floor():
-    from harness.run.runner import time_breakdown, time_line
+    from harness.run.timing import time_breakdown, time_line
 
     results = quick_plan()[:3]
     for result, phases in zip(results, ({"forward": 1.0, "gathers": 2.0}, {"forward": 3.0}, {}),

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.run.report import changed_markdown, compare_runs, render_html
-from harness.run.report.data import base_slug, load, short
-from harness.run.report.detail import safe_relative
-from harness.run.report.embed import FIELDS, SPELLED, STRINGS, spelled_id
+from harness.report import changed_markdown, compare_runs, render_html
+from harness.report.data import base_slug, load, short
+from harness.report.detail import safe_relative
+from harness.report.embed import FIELDS, SPELLED, STRINGS, spelled_id
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[2]

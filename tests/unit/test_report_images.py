@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from harness.core.results import CaseResult, Status
-from harness.run.report.images import THUMB_BOX, prune_images
+from harness.report.images import THUMB_BOX, prune_images
 
 NAMES = ("reference", "candidate", "diff", "ssim_map")
 

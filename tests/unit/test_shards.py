@@ -14,7 +14,7 @@ from harness.core.results import CaseResult, Status, write_results
 from harness.run import runner, shards
 from harness.run.merge import merge_runs
 from harness.run.plan import build_plan
-from harness.run.report.idsets import describe
+from harness.report.idsets import describe
 from harness.run.settings import OPTIONS
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError
-from harness.run.report.data import BAD, load
-from harness.run.report.idsets import describe
+from harness.report.data import BAD, load
+from harness.report.idsets import describe
 
 WARN = "\u26a0"
 
@@ -55,8 +55,8 @@ def compare_runs(old_dir: Path, new_dir: Path, out_dir: Path | None = None) -> C
     """Compare `old_dir/results.json` with `new_dir/results.json` and write `compare.html` into `out_dir` (default
     `new_dir`). Both files are read before anything is written; a missing or unreadable one is a HarnessError.
     NEW's index.html, which the page links into, is rendered first if it is missing."""
-    from harness.run.report.compare_page import compare_page
-    from harness.run.report.html import render_html
+    from harness.report.compare_page import compare_page
+    from harness.report.html import render_html
 
     old_dir, new_dir = Path(old_dir), Path(new_dir)
     out_dir = Path(out_dir) if out_dir is not None else new_dir

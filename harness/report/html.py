@@ -12,12 +12,12 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from harness.run.report.assets import page
-from harness.run.report.data import BAD, FILTER_KEYS, STATUSES, load, plain, slugs, status_counts, unique
-from harness.run.report.detail import badge
-from harness.run.report.embed import encode, script_tag
-from harness.run.report.script import JS
-from harness.run.report.sections import Lists, attention_section, group_section, split
+from harness.report.assets import page
+from harness.report.data import BAD, FILTER_KEYS, STATUSES, load, plain, slugs, status_counts, unique
+from harness.report.detail import badge
+from harness.report.embed import encode, script_tag
+from harness.report.script import JS
+from harness.report.sections import Lists, attention_section, group_section, split
 
 __all__ = ["render_html", "render_page"]
 

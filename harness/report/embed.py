@@ -13,7 +13,7 @@ import json
 import math
 from typing import Any
 
-from harness.run.report.detail import safe_relative
+from harness.report.detail import safe_relative
 
 # The order of a case's array. The page script (script.py) reads the same names in the same order.
 FIELDS = ("case_id", "model", "shape", "kind", "layout", "backend", "dtype", "status", "reason", "world_size",

@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.core.results import Status
-from harness.run.report.embed import STRINGS
+from harness.report.embed import STRINGS
 
 STATUSES = tuple(status.value for status in Status)
 BAD = frozenset(status.value for status in Status if status.is_bad)

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from harness.run.report.data import BAD, STATUSES, issue_of, key_number, shown_status
-from harness.run.report.detail import badge
-from harness.run.report.idsets import compact
+from harness.report.data import BAD, STATUSES, issue_of, key_number, shown_status
+from harness.report.detail import badge
+from harness.report.idsets import compact
 
 ATTENTION = (*(status for status in STATUSES if status in BAD), "XPASS")  # XPASS: a known issue to remove
 PATTERN_CHARS = 1200  # past this many characters of id patterns a group says how many more there are

@@ -8,8 +8,8 @@ full, plain) so numbers read the same as in the server-rendered rows.
 
 import json
 
-from harness.run.report.data import BAD
-from harness.run.report.embed import FIELDS, SPELLED, STRINGS
+from harness.report.data import BAD
+from harness.report.embed import FIELDS, SPELLED, STRINGS
 
 _SCRIPT = r"""
 (function () {

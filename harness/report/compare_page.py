@@ -13,12 +13,12 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from harness.run.report.assets import page
-from harness.run.report.compare import WARN, Comparison, is_regression, status_tally
-from harness.run.report.data import BAD, STATUSES, base_slug, status_counts
-from harness.run.report.embed import Table, script_tag
-from harness.run.report.script import COMPARE_JS
-from harness.run.report.sections import patterns
+from harness.report.assets import page
+from harness.report.compare import WARN, Comparison, is_regression, status_tally
+from harness.report.data import BAD, STATUSES, base_slug, status_counts
+from harness.report.embed import Table, script_tag
+from harness.report.script import COMPARE_JS
+from harness.report.sections import patterns
 
 _HEAD = '<th scope="col">{}</th>'
 

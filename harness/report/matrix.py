@@ -13,25 +13,36 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.core import figures
 from harness.core.records import Case
 from harness.core.results import CaseResult, Status
-from harness.run.report.idsets import describe
+from harness.report.idsets import describe
 
-CSV_COLUMNS = ["case_id", "model", "shape", "kind", "layout", "world_size", "backend", "dtype", "status",
-               "max_abs_err", "mean_abs_err", "max_rel_err", "tolerance", "baseline_err", "err_ratio", "nonfinite",
-               "ssim", "psnr", "loss_err", "grad_err", "worst_param", "first_divergence",
-               "dispatched", "kernels", "comms", "reason", "seconds", "peak_mem_mb"]
+# Around the figures, which are each kind's own (a column per figure name, in the kinds' order: harness.core.figures).
+LEADING = ["case_id", "model", "shape", "kind", "layout", "world_size", "backend", "dtype", "status"]
+TRAILING = ["first_divergence", "dispatched", "kernels", "comms", "reason", "seconds", "peak_mem_mb"]
 WIDTH = 120  # terminal columns every line of `terminal()` fits in
 _INDEX_MAX, _CELL_MAX = 40, 24  # caps that keep one label plus one cell under WIDTH whatever the names
 _REASON_MAX = 300  # Markdown reason cells; the whole text is in index.html
 
 
+def csv_columns(results: list[CaseResult]) -> list[str]:
+    """The leading columns, one per figure any case has, then the trailing ones."""
+    return [*LEADING, *figures.columns(results), *TRAILING]
+
+
 def to_frame(results: list[CaseResult]) -> pd.DataFrame:
-    rows = []
+    columns, rows = csv_columns(results), []
     for result in results:
         row = result.to_dict()
-        rows.append({column: row.get(column) for column in CSV_COLUMNS})
-    return pd.DataFrame(rows, columns=CSV_COLUMNS)
+        row.update({figure["name"]: row_value(figure) for figure in row["figures"]})
+        rows.append({column: row.get(column) for column in columns})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def row_value(figure: dict):
+    """A figure's value in its CSV column (as results.json writes it: NaN and Inf as text)."""
+    return figure.get("value")
 
 
 def counts(results: list[CaseResult]) -> dict[str, int]:
@@ -70,15 +81,9 @@ def _clip(text: str, width: int) -> str:
 
 def _cell(result: CaseResult) -> str:
     label = result.status.value
-    if result.status in (Status.PASS, Status.FAIL, Status.XFAIL):
-        label += _kind(result).cell(result)
+    if result.status in (Status.PASS, Status.FAIL, Status.XFAIL) and result.cell:
+        label += f" {result.cell}"
     return _clip(label, _CELL_MAX)
-
-
-def _kind(result: CaseResult):
-    from harness.kinds import KINDS, Kind
-
-    return KINDS.get(result.kind, Kind())
 
 
 def _column(result: CaseResult) -> str:

@@ -1,0 +1,100 @@
+"""Figures: the numbers a kind measured for a case, typed, so that every view renders them without knowing the kind.
+
+A kind declares each figure once (`FigureSpec`: its name, how it is written, which one is the matrix cell's) and its
+judge fills them (`spec.of(value, limit)`). A result keeps them as plain dicts in `figures`, in the kind's order, and
+the cell text the key figure makes (`cell`), computed here once for the terminal, the page and the Markdown.
+Detail blocks (`series`, `table`, `histogram`, `images`) are what the page draws of a case beyond its figures; a kind
+produces them and the page renders them by their type.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """A figure a kind measures: its `name` (the CSV column, the key in `results.json`), a `label` for people, the
+    format of its value (`fmt`, a Python format spec; "" for text), and `cell`: how the matrix cell writes it when it
+    is the key figure (a format with `{value}`, e.g. "g{value:.0e}"; "" when it is not)."""
+
+    name: str
+    label: str
+    fmt: str = ".3g"
+    cell: str = ""
+
+    def of(self, value: Any, limit: float | None = None) -> dict:
+        """The figure as a result keeps it: name, value and, where it answers to one, its limit."""
+        figure = {"name": self.name, "label": self.label, "value": value, "fmt": self.fmt}
+        if limit is not None:
+            figure["limit"] = limit
+        if self.cell:
+            figure["cell"] = self.cell
+        return figure
+
+
+def value(figures: list[dict], name: str) -> Any:
+    """The value of the figure `name` (None when the case has none)."""
+    return next((figure["value"] for figure in figures if figure["name"] == name), None)
+
+
+def limit(figures: list[dict], name: str) -> float | None:
+    return next((figure.get("limit") for figure in figures if figure["name"] == name), None)
+
+
+def written(figure: dict) -> str:
+    """The figure's value as the detail writes it (its own format; text as is; NaN and Inf spelled out)."""
+    number = figure.get("value")
+    if number is None:
+        return ""
+    if isinstance(number, str) or not figure.get("fmt"):
+        return str(number)
+    if isinstance(number, float) and not math.isfinite(number):
+        return str(number)
+    return format(number, figure["fmt"])
+
+
+def cell(figures: list[dict]) -> str:
+    """The matrix cell's figure: the first figure with a cell format and a value ("" when none has one)."""
+    for figure in figures:
+        number = figure.get("value")
+        if figure.get("cell") and number is not None:
+            if isinstance(number, str) or (isinstance(number, float) and not math.isfinite(number)):
+                return str(number)  # NaN or Inf (as results.json writes them)
+            return figure["cell"].format(value=number)
+    return ""
+
+
+def columns(results) -> list[str]:
+    """Every figure name of `results`, in the order the kinds declare them (first seen first)."""
+    names: dict[str, None] = {}
+    for result in results:
+        for figure in result.figures:
+            names.setdefault(figure["name"], None)
+    return list(names)
+
+
+# --- detail blocks: what the page draws of a case, by type ------------------------------------------------------------
+
+
+def series(title: str, lines: list[tuple[str, list, str]], x_label: str = "step", note: str = "") -> dict:
+    """Lines over a shared x (loss per step): (label, values, style) each; styles `ref`, `run`, `base`."""
+    return {"type": "series", "title": title, "x": x_label, "note": note,
+            "lines": [{"label": label, "values": values, "style": style} for label, values, style in lines]}
+
+
+def table(title: str, columns_: list[str], rows: list[list], code_columns: tuple[int, ...] = ()) -> dict:
+    """A table of values; `code_columns` are names (parameters, modules) written as code."""
+    return {"type": "table", "title": title, "columns": columns_, "rows": rows, "code": list(code_columns)}
+
+
+def histogram(title: str, edges: list[float], counts: list[int], marker: float | None = None) -> dict:
+    """Counts per decade between `edges`, with an optional `marker` (a limit) drawn across."""
+    return {"type": "histogram", "title": title, "edges": edges, "counts": counts, "marker": marker}
+
+
+def images(title: str, paths: dict[str, str]) -> dict:
+    """Pictures of the case, by role (reference, candidate, diff, ...), as paths relative to the report folder."""
+    return {"type": "images", "title": title, "images": paths}

@@ -1,0 +1,27 @@
+"""Every view of a run, written from its results and header: results.json, matrix.csv, matrix.md (also appended to
+`$GITHUB_STEP_SUMMARY` when set) and index.html."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harness.core.results import CaseResult, write_results
+from harness.report import matrix
+from harness.report.html import render_html
+
+
+def write_reports(report_dir: Path, results: list[CaseResult], header: dict) -> None:
+    write_results(report_dir / "results.json", results, header)
+    matrix.write_csv(results, report_dir / "matrix.csv")
+    lines = [f"diffusers {header['environment']['diffusers']}, torch {header['environment']['torch']}, "
+             f"{header['environment']['device']}", ""]
+    if header.get("version_mismatch"):
+        lines += [f"> {header['version_mismatch']}", ""]
+    text = matrix.markdown(results, lines)
+    (report_dir / "matrix.md").write_text(text)
+    render_html(report_dir)
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a") as handle:
+            handle.write(text)
