@@ -6,7 +6,7 @@ It renders index.html, prints its size, and loads it in headless Chromium severa
 `performance.now()` on <html data-ready-ms> once the page is interactive, read back with `--dump-dom`. It also
 estimates the images folder: the committed reference PNGs stand in for candidates (bf16/fp16 ones with a little
 noise, as their pictures differ slightly), written four per case as the worker does, then pruned as
-`harness.run.report.images.prune_images` does after each case. Usage:
+`harness.report.images.prune_images` does after each case. Usage:
 
     python benchmarks/bench_report.py [--runs 5] [--keep DIR] [--failing N]
 
@@ -31,8 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.core.results import CaseResult, Status  # noqa: E402
-from harness.run.report import render_html  # noqa: E402
-from harness.run.report.images import prune_images  # noqa: E402
+from harness.report import render_html  # noqa: E402
+from harness.report.images import prune_images  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
 
