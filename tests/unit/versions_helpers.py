@@ -3,8 +3,16 @@ src/diffusers), and a git helper that fails loudly."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
+
+import pytest
+
+# Real releases, each in an environment of its own: opt-in (they take minutes to an hour cold; README has the costs).
+OPT_IN = [pytest.mark.slow, pytest.mark.versions,
+          pytest.mark.skipif(not os.environ.get("HARNESS_VERSIONS_TESTS"),
+                             reason="builds releases' environments: HARNESS_VERSIONS_TESTS=1 or nox -s versions")]
 
 RELEASES = ("0.35.2", "0.36.0", "0.37.0", "0.37.1", "0.38.0", "0.39.0", "0.40.0", "0.41.0", "0.42.0", "0.42.1")
 
