@@ -50,7 +50,7 @@ def main() -> None:
             print(f"{name}: {wall:.0f} s wall (exit {code}); {phases}", flush=True)
     print(f"\n| `harness ab --base {args.base} --head {args.head} {' '.join(plan)}` | wall | phases |")
     print("|---|---|---|")
-    for name, wall, code, phases in rows:
+    for name, wall, _code, phases in rows:
         print(f"| {name} | {wall:.0f} s | {re.sub(r'^time: ', '', phases)} |")
 
 

@@ -29,6 +29,7 @@ class Step:
 
     label: str
     cases: dict
+    python: str | None = None  # the interpreter of its environment (runs a repro script with its diffusers)
 
     def statuses(self) -> dict[str, str]:
         return {case_id: case["status"] for case_id, case in self.cases.items()}
@@ -47,6 +48,7 @@ class Search:
     report_dir: Path
     cache: Path
     good: dict | None = None  # {case_id: status} at --good
+    overrides: dict | None = None  # the options given (for the plan a repro script is checked against)
 
     def evaluate(self, revision: Revision, echo: Echo) -> Step:
         env = env_for(revision, self.cache, echo)
@@ -58,7 +60,7 @@ class Search:
         if missing:
             raise HarnessError(f"{revision.label}: its run has no case {', '.join(missing)} (log: "
                                f"{folder / 'run.log'})")
-        return Step(revision.label, {case_id: rows[case_id] for case_id in self.case_ids})
+        return Step(revision.label, {case_id: rows[case_id] for case_id in self.case_ids}, str(env.python))
 
     def is_good(self, step: Step) -> bool:
         return step.statuses() == self.good
@@ -73,7 +75,7 @@ def bisect(good_text: str, bad_text: str, case_ids: list[str], flags: list[str],
            report_dir: Path, cache: Path, echo: Echo = print) -> int:
     planned(case_ids, overrides)  # a case the plan does not contain is one clear line, before anything is built
     good, bad = parse_revision(good_text), parse_revision(bad_text)
-    search = Search(case_ids, flags, report_dir, cache)
+    search = Search(case_ids, flags, report_dir, cache, overrides={**overrides})
     if good.source == bad.source == "release":
         return over_releases(good, bad, search, echo)
     if good.source == bad.source == "checkout" and good.repo == bad.repo:
@@ -157,8 +159,19 @@ def finish(before: Step, after: Step, skipped: list[str], search: Search, echo: 
         echo(line)
     search.report_dir.mkdir(parents=True, exist_ok=True)
     (search.report_dir / "bisect.md").write_text("\n".join(["```", *lines, "```", ""]), encoding="utf-8")
-    failing = [(step, case_id) for step in (before, after) for case_id, case in step.cases.items()
-               if case["status"] == "FAIL"]
-    for step, case_id in failing[:1]:
-        echo(f"repro: harness repro {case_id} (then run the script with {step.label})")
+    for step in (before, after):
+        for case_id in [case_id for case_id, case in step.cases.items() if case["status"] == "FAIL"]:
+            echo(f"repro ({step.label}) {case_id}: {_repro(case_id, step, search)}")
     return 0
+
+
+def _repro(case_id: str, step: Step, search: Search) -> str:
+    """The command that runs the case's standalone script with that revision's diffusers (or why there is none)."""
+    from harness.versions.repro import run_command, write_repro
+
+    name = case_id.replace("/", "-").replace("@", "-")
+    try:
+        out, _ = write_repro(case_id, search.report_dir / "repro" / f"{name}.py", search.overrides)
+    except HarnessError as error:
+        return f"not scripted: {error}"
+    return run_command(out, step.cases[case_id]["world_size"], step.python)

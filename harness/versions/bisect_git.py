@@ -112,7 +112,7 @@ def _read_steps(path: Path) -> dict[str, Step]:
     if not path.exists():
         return {}
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {row["commit"]: Step(row["label"], row["cases"]) for row in rows}
+    return {row["commit"]: Step(row["label"], row["cases"], row.get("python")) for row in rows}
 
 
 def step(state_path: str) -> int:

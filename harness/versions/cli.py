@@ -9,8 +9,11 @@ import argparse
 from harness.run.settings import OPTIONS, RUN_OPTIONS
 from harness.versions.cases import DERIVED
 
-# Options ab and bisect set themselves for each side's run: where references and reports go.
+# Options ab sets itself for each side's run (where references and reports go); bisect sets the reports only (every
+# revision it runs compares with the same references, --references or the project's).
 OWN = ("references", "report_dir")
+AB_OPTIONS = tuple(name for name in RUN_OPTIONS if name not in OWN)
+BISECT_OPTIONS = tuple(name for name in RUN_OPTIONS if name not in ("report_dir", *DERIVED))
 
 
 def add_commands(commands, in_force: dict, add_options) -> None:
@@ -20,7 +23,7 @@ def add_commands(commands, in_force: dict, add_options) -> None:
                                         "and report what changed. Exit 1 on a regression.", description=revs)
     ab.add_argument("--base", required=True, metavar="REV", help="The revision before (it captures the references).")
     ab.add_argument("--head", required=True, metavar="REV", help="The revision after (run against base's references).")
-    add_options(ab, [name for name in RUN_OPTIONS if name not in OWN], in_force)
+    add_options(ab, AB_OPTIONS, in_force)
     _common(ab, "reports/ab")
     bisect = commands.add_parser("bisect", help="The first revision between --good and --bad at which a case's "
                                                 "status changed (git bisect over a checkout, or over releases).",
@@ -30,7 +33,7 @@ def add_commands(commands, in_force: dict, add_options) -> None:
                         "(older than --good for a search of the fix, newer for a search of the breakage).")
     bisect.add_argument("--case", dest="cases", action="append", required=True, metavar="CASE_ID",
                         help="A case id (repeat, or comma-separate, for a small set); its options make the plan.")
-    add_options(bisect, [name for name in RUN_OPTIONS if name not in OWN + DERIVED], in_force)
+    add_options(bisect, BISECT_OPTIONS, in_force)
     _common(bisect, "reports/bisect")
     repro = commands.add_parser("repro", help="Write one standalone script (torch and diffusers only) that "
                                               "reproduces a case, for an upstream report.")
@@ -52,7 +55,7 @@ def forwarded(args, names) -> list[str]:
     flags = []
     for name in names:
         value = getattr(args, name, None)
-        if value is None or name in OWN:
+        if value is None:
             continue
         flag = name.replace("_", "-")
         flags.append((f"--{flag}" if value else f"--no-{flag}") if isinstance(value, bool) else f"--{flag}={value}")
@@ -70,7 +73,7 @@ def cmd_ab(args) -> int:
 
     from harness.versions import ab, envs
 
-    flags = forwarded(args, RUN_OPTIONS)
+    flags = forwarded(args, AB_OPTIONS)
     return ab.ab(args.base, args.head, flags, Path(args.report_dir), envs.cache_root(args.env_cache))
 
 
@@ -80,7 +83,7 @@ def cmd_bisect(args) -> int:
     from harness.versions import bisect, envs
 
     cases = [case.strip() for given in args.cases for case in given.split(",") if case.strip()]
-    flags = forwarded(args, [name for name in RUN_OPTIONS if name not in DERIVED])
+    flags = forwarded(args, BISECT_OPTIONS)
     return bisect.bisect(args.good, args.bad, cases, flags, overrides(args), Path(args.report_dir),
                          envs.cache_root(args.env_cache))
 
