@@ -35,8 +35,11 @@ def ab(base_text: str, head_text: str, flags: list[str], report_dir: Path, cache
         timings[f"{side} environment"] = envs[side].built_s or 0.0
     flags = with_single(flags, echo)
     references = base_references(report_dir / "references", envs["base"], echo)
-    head_references = _copy(references, report_dir / "head" / "references")
-    for side, refs in (("base", references), ("head", head_references)):
+    head_references = report_dir / "head" / "references"
+    for side in ("base", "head"):
+        if side == "head":  # only now does the base's folder hold what the base's run captured
+            _copy(references, head_references)
+        refs = references if side == "base" else head_references
         started = time.monotonic()
         echo(f"ab: {side}: {envs[side].revision.label}: harness run -> {report_dir / side}")
         run_harness(envs[side], ["run", *flags, f"--references={refs}", f"--report-dir={report_dir / side}"],

@@ -19,12 +19,14 @@ side, rows, args = sys.argv[1], json.loads(pathlib.Path(sys.argv[2]).read_text()
 given = dict(arg[2:].split("=", 1) for arg in args if "=" in arg)
 out, refs = pathlib.Path(given["report-dir"]), pathlib.Path(given["references"])
 (refs / "flux").mkdir(parents=True, exist_ok=True)
+found = sorted(path.name for path in (refs / "flux").iterdir())  # what the run found before capturing anything
 for name in rows.get("captures", []):
     target = refs / "flux" / name
     if not target.exists():
         target.write_text(side)
 out.mkdir(parents=True, exist_ok=True)
 (out / "args.json").write_text(json.dumps(args))
+(out / "found.json").write_text(json.dumps(found))
 (out / "results.json").write_text(json.dumps({"header": {}, "cases": rows["cases"]}))
 sys.exit(1 if any(case["status"] == "FAIL" for case in rows["cases"]) else 0)
 """
@@ -115,6 +117,8 @@ def test_the_base_references_are_reused_only_for_the_same_revision(tmp_path, sid
     run_ab(tmp_path)
     reference = tmp_path / "ab/references/flux/tensor.safetensors"
     assert reference.read_text() == "base"
+    assert json.loads((tmp_path / "ab/head/found.json").read_text()) == ["tensor.safetensors"]  # the base's, first
+    assert (tmp_path / "ab/head/references/flux/tensor.safetensors").read_text() == "base"
     reference.write_text("kept")
     code, lines = run_ab(tmp_path)
     assert reference.read_text() == "kept" and "ab: reusing the base's references" in "\n".join(lines)
