@@ -86,15 +86,18 @@ def write_repros(report_dir: Path, side: str, env, cases: list[dict]) -> list[tu
     references = report_dir / ("references" if side == "base" else "head/references")
     found = []
     for case in [case for case in cases if case["status"] == "FAIL"][:MOST_REPROS]:
-        name = case["case_id"].replace("/", "-").replace("@", "-")
         try:
-            out, _ = write_repro(case["case_id"], report_dir / "repro" / side / f"{name}.py",
+            out, _ = write_repro(case["case_id"], report_dir / "repro" / side / _script_name(case["case_id"]),
                                  {"references": str(references)})
         except HarnessError as error:
             found.append((case["case_id"], f"not scripted: {error}"))
             continue
         found.append((case["case_id"], run_command(out, case["world_size"], str(env.python))))
     return found
+
+
+def _script_name(case_id: str) -> str:
+    return case_id.replace("/", "-").replace("@", "-") + ".py"
 
 
 def _figures(case: dict | None) -> str:
@@ -148,8 +151,9 @@ def _page(summary, comparison, single, parity, repros, labels) -> str:
                           f"<td>{esc(_figures(after))}</td></tr>" for case_id, before, after in single["rows"])
     sides = "".join(f"<li>{side} ({esc(labels[side])}): {esc(parity[side]['tally'] or 'no parallel case')} "
                     f"(<a href='{side}/index.html'>its report</a>)</li>" for side in ("base", "head"))
-    scripts = "".join(f"<li>{side} <code>{esc(case_id)}</code>: <code>{esc(command)}</code></li>"
-                      for side in repros for case_id, command in repros[side])
+    scripts = "".join(f"<li>{side} <a href='repro/{side}/{esc(_script_name(case_id))}'><code>{esc(case_id)}</code>"
+                      f"</a>: <code>{esc(command)}</code></li>" for side in repros for case_id, command in repros[side]
+                      if not command.startswith("not scripted"))
     return (f"<!doctype html><meta charset='utf-8'><title>harness ab</title><h1>{esc(summary)}</h1>"
             f"<h2>Status changes (<a href='compare.html'>compare.html</a>)</h2><table border=1><tr><th>case</th>"
             f"<th>base</th><th>head</th><th>reason</th></tr>{rows}</table>"

@@ -47,6 +47,8 @@ class Revision:
             return f"diffusers {self.version}"
         if self.source == "installed":
             return f"installed (diffusers {installed_version()})"
+        if self.ref == self.commit:  # a bisect step names its commit only
+            return f"diffusers@{self.commit[:10]}"
         what = self.ref or ("working tree, uncommitted changes" if self.dirty else "working tree")
         return f"diffusers@{self.commit[:10]} ({what})"
 
