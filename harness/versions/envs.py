@@ -5,9 +5,9 @@ the noxfile takes it; the torch it got is checked against this one's), the revis
 dependencies, the harness's other dependencies, and this harness checkout installed editable without dependencies
 (so the pinned diffusers stays, and the harness's code is always this checkout's). The key is a hash of: the Python
 version, the torch version and requirement, the diffusers requirement (a release) or the git tree of its source (a
-checkout), and the harness's pyproject.toml (its dependencies). An environment counts as built only once its marker
-file is written, last: one left half-built by an interrupted build is removed and built again. A lock file keeps two
-builds of the same key from running at once.
+checkout), and the harness's requirements (from its pyproject.toml; its settings there install nothing). An
+environment counts as built only once its marker file is written, last: one left half-built by an interrupted build
+is removed and built again. A lock file keeps two builds of the same key from running at once.
 
 A checkout is built from a detached `git worktree` of its commit inside the cache, installed non-editable (the
 user's checkout can change under an editable install), and the worktree is removed again afterwards.
@@ -86,10 +86,18 @@ def _torch_version() -> str:
 
 
 def key_material(revision: Revision) -> dict:
-    pyproject = (harness_root() / "pyproject.toml").read_bytes()
     return {"format": FORMAT, "python": f"{sys.implementation.name} {platform.python_version()}",
             "torch": _torch_version(), "torch_requirement": torch_requirement(),
-            "harness_pyproject": hashlib.sha256(pyproject).hexdigest()[:16], **revision.key_material()}
+            "harness_requirements": _requirements_hash(), **revision.key_material()}
+
+
+def _requirements_hash() -> str:
+    """What of the harness's pyproject.toml goes into an environment: its requirements (the harness's code is
+    installed editable, and the rest of the file, its settings and markers, installs nothing)."""
+    project = tomllib.loads((harness_root() / "pyproject.toml").read_text())["project"]
+    payload = json.dumps({"dependencies": sorted(project["dependencies"]),
+                          "requires-python": project.get("requires-python")})
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def env_key(material: dict) -> str:

@@ -79,6 +79,17 @@ def test_the_key_follows_what_goes_in(tmp_path, monkeypatch):
     assert envs.env_key(envs.key_material(parse_revision("diffusers==0.39.0"))) != key
     monkeypatch.setenv(envs.TORCH_ENV, "torch==2.13.0+cu128")
     assert envs.env_key(envs.key_material(release)) != key  # another torch requirement, another environment
+    monkeypatch.delenv(envs.TORCH_ENV)
+    root = tmp_path / "harness"
+    root.mkdir()
+    text = (envs.harness_root() / "pyproject.toml").read_text()
+    (root / "pyproject.toml").write_text(text)
+    monkeypatch.setattr(envs, "harness_root", lambda: root)
+    assert envs.env_key(envs.key_material(release)) == key
+    (root / "pyproject.toml").write_text(text + "\n[tool.other]\nsetting = 1\n")  # settings install nothing
+    assert envs.env_key(envs.key_material(release)) == key
+    (root / "pyproject.toml").write_text(text.replace('"pandas",', '"pandas>=2",'))  # a requirement does
+    assert envs.env_key(envs.key_material(release)) != key
 
 
 def test_another_torch_than_this_one_is_refused(tmp_path):
