@@ -128,7 +128,9 @@ def checkout(path: Path, ref: str | None, text: str | None = None) -> Revision:
         dirty = False
     else:
         head = git(repo, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", fail=f"{repo} has no commit yet")
-        snapshot = git(repo, "stash", "create", fail=f"cannot snapshot the working tree of {repo}")
+        # a commit object needs an identity, which a machine may not have configured: the snapshot's is a placeholder
+        snapshot = git(repo, "-c", "user.name=harness", "-c", "user.email=harness@localhost", "stash", "create",
+                       fail=f"cannot snapshot the working tree of {repo}")
         commit, dirty = (snapshot or head), bool(snapshot)
     if subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{commit}:{_PACKAGE}"],
                       capture_output=True).returncode != 0:
