@@ -1,6 +1,7 @@
 """CI sessions: `nox -s tests` (the harness's own tests), `nox -s capture`, `nox -s parity` (matrix + reports),
-`nox -s compat` (the quick plan on each supported diffusers release; not a default session), `nox -s gpu` (the GPU
-check's dry run; on a CUDA machine, the check: benchmarks/gpu/README.md; not a default session)."""
+`nox -s compat` (the quick plan on each supported diffusers release), `nox -s versions` (`harness ab`, `bisect` and
+`repro` on real releases, each in an environment of its own), `nox -s gpu` (the GPU check's dry run; on a CUDA
+machine, the check: benchmarks/gpu/README.md); none of these three is a default session."""
 
 import fnmatch
 import json
@@ -98,3 +99,14 @@ def check_findings(cases: list[dict], findings: list[str]) -> list[str]:
     problems += [f"finding {glob} no longer reproduces (no FAIL matches it)" for glob in findings
                  if not any(fnmatch.fnmatchcase(case["case_id"], glob) and case["status"] == "FAIL" for case in bad)]
     return problems
+
+
+@nox.session
+def versions(session: nox.Session) -> None:
+    """`harness ab` between 0.38.0 and 0.39.0 both ways, `harness bisect` over the releases 0.36.0-0.42.1 and over
+    a git repository of their sources, and the repro script of a 0.42.1 finding (tests marked `versions`). Builds an
+    environment per release into the environment cache (HARNESS_ENV_CACHE, default ~/.cache/diffusers-parity-harness),
+    which the next run reuses: about an hour cold on 2 cores, minutes warm (README, "Regression across diffusers
+    versions")."""
+    install(session)
+    session.run("pytest", "-m", "versions", "-v", *session.posargs, env={"HARNESS_VERSIONS_TESTS": "1"})

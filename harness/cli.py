@@ -1,5 +1,5 @@
-"""`harness capture | run | merge | selftest | report | backends | models`: user errors end with a message and exit
-code."""
+"""`harness capture | run | merge | selftest | report | backends | models | ab | bisect | repro`: user errors end
+with a message and exit code."""
 
 from __future__ import annotations
 
@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(report, ("report_dir",), in_force)
     report.add_argument("--compare", nargs=2, metavar=("OLD_DIR", "NEW_DIR"), default=None,
                         help="Show the cases whose status changed between two runs (e.g. main vs a branch).")
+    from harness.versions import cli as versions_cli
+
+    versions_cli.add_commands(commands, in_force, add_options)
     return parser
 
 
@@ -256,8 +259,18 @@ def cmd_models(args) -> int:
     return 1 if any(row.severity == "error" for row in findings) else 0
 
 
+def _versions_command(name: str):
+    def command(args) -> int:
+        from harness.versions import cli as versions_cli
+
+        return versions_cli.COMMANDS[name](args)
+
+    return command
+
+
 COMMANDS = {"capture": cmd_capture, "run": cmd_run, "merge": cmd_merge, "selftest": cmd_selftest, "report": cmd_report,
-            "models": cmd_models, "backends": cmd_backends}
+            "models": cmd_models, "backends": cmd_backends, **{name: _versions_command(name)
+                                                               for name in ("ab", "bisect", "repro")}}
 
 
 if __name__ == "__main__":

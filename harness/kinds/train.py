@@ -226,8 +226,6 @@ class TrainKind(Kind):
         metrics = training_errors(output, *expected)
         metrics.update(losses=output["losses"].tolist(), reference_losses=reference.output.tolist(),
                        engine=output.get("engine"), disagreement=output.get("disagreement", {}))
-        if case.dtype == "fp32":
-            return metrics
         metrics["noise"], metrics["noise_errors"] = {}, {}
         for name, run in {SINGLE: baseline, **(draws or {})}.items():
             if isinstance(run, str):

@@ -18,7 +18,7 @@ LAYERS = [
      "harness.rank.cpu", "harness.rank.faults", "harness.rank.training", "harness.rank.localize",
      "harness.rank.comms", "harness.rank.comms_check", "harness.rank.recorder", "harness.rank.noise"),
     ("harness.kinds",),
-    ("harness.rank", "harness.run"),
+    ("harness.rank", "harness.run", "harness.versions"),  # versions: across diffusers revisions, over `harness run`
     ("harness.cli", "harness.plugin", "harness.__main__"),
 ]
 

@@ -9,7 +9,7 @@ import re
 import pandas as pd
 
 from harness.core.results import CaseResult, Status
-from harness.run import matrix
+from harness.report import matrix
 from harness.report.idsets import compact, describe
 
 MODELS = ("flux", "flux2", "qwenimage")

@@ -11,10 +11,10 @@ import pytest
 
 from harness.core.errors import HarnessError
 from harness.core.results import CaseResult, Status, write_results
+from harness.report.idsets import describe
 from harness.run import runner, shards
 from harness.run.merge import merge_runs
 from harness.run.plan import build_plan
-from harness.report.idsets import describe
 from harness.run.settings import OPTIONS
 
 

@@ -1,0 +1,64 @@
+"""Running the harness of a revision's environment: `harness run` as a subprocess of that environment's Python, in
+this folder (so the same `[tool.harness]` applies), its output kept in a log, and its results.json read back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.core.errors import HarnessError
+from harness.versions.envs import Env
+
+
+def run_harness(env: Env, args: list[str], log: Path, echo: Callable[[str], None] | None = None,
+                prefix: str = "") -> int:
+    """`harness <args>` in `env`, every line into `log` (and through `echo`, prefixed); its exit code. A user error
+    of that run (exit 2) is this command's error too, with that run's own message."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as handle, subprocess.Popen(env.harness(*args), stdout=subprocess.PIPE,
+                                                    stderr=subprocess.STDOUT, text=True) as process:
+        handle.write(f"$ {' '.join(env.harness(*args))}\n")
+        try:
+            for line in process.stdout:
+                handle.write(line)
+                if echo is not None:
+                    echo(f"{prefix}{line.rstrip()}")
+            code = process.wait()
+        except BaseException:  # Ctrl-C or SIGTERM: the side's own handlers stop its ranks; wait for that
+            process.terminate()
+            process.wait(timeout=60)
+            raise
+    if code == 2:
+        said = [line for line in log.read_text().splitlines() if line.startswith("harness: error:")]
+        raise HarnessError(f"{env.revision.label}: " + (said[-1].removeprefix("harness: error: ") if said else
+                                                         f"harness {args[0]} exited 2") + f" (log: {log})")
+    return code
+
+
+def results(report_dir: Path) -> tuple[dict, list[dict]]:
+    """The header and the cases a run wrote."""
+    path = report_dir / "results.json"
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise HarnessError(f"no readable results at {path} ({error}); see the run's log beside it") from None
+    return payload.get("header") or {}, payload.get("cases") or []
+
+
+def key_figure(case: dict) -> tuple[str, float] | None:
+    """The figure its kind calls the case's key one (the matrix cell's; harness.core.figures), when it produced a
+    number (None otherwise)."""
+    for figure in case.get("figures") or []:
+        if figure.get("cell") and isinstance(figure.get("value"), int | float):
+            return figure["name"], float(figure["value"])
+    return None
+
+
+def status_line(case: dict) -> str:
+    """`PASS max_abs_err=2.38e-07`, or the status and the start of its reason."""
+    figure = key_figure(case)
+    shown = f" {figure[0]}={figure[1]:.3g}" if figure else ""
+    reason = " ".join(str(case.get("reason") or "").split())
+    return f"{case['status']}{shown}" + (f" ({reason[:90]})" if reason and case["status"] != "PASS" else "")

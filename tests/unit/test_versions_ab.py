@@ -1,0 +1,130 @@
+"""`harness ab` end to end over two fake revisions whose `harness run` writes given results (the real releases run in
+`nox -s versions`): what each side is asked to run, the base's references reused or replaced, the head's own captures
+kept apart and named, the report's sections, and the exit code of a regression (with a fix as negative control)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.versions import ab
+from harness.versions.envs import Env
+from harness.versions.revisions import Revision
+
+FAKE_RUN = """import json, sys, pathlib
+side, rows, args = sys.argv[1], json.loads(pathlib.Path(sys.argv[2]).read_text()), sys.argv[4:]
+given = dict(arg[2:].split("=", 1) for arg in args if "=" in arg)
+out, refs = pathlib.Path(given["report-dir"]), pathlib.Path(given["references"])
+(refs / "flux").mkdir(parents=True, exist_ok=True)
+found = sorted(path.name for path in (refs / "flux").iterdir())  # what the run found before capturing anything
+for name in rows.get("captures", []):
+    target = refs / "flux" / name
+    if not target.exists():
+        target.write_text(side)
+out.mkdir(parents=True, exist_ok=True)
+(out / "args.json").write_text(json.dumps(args))
+(out / "found.json").write_text(json.dumps(found))
+(out / "results.json").write_text(json.dumps({"header": {}, "cases": rows["cases"]}))
+sys.exit(1 if any(case["status"] == "FAIL" for case in rows["cases"]) else 0)
+"""
+
+
+def case(case_id: str, status: str, figure: float, **extra) -> dict:
+    model, layout, backend, dtype, kind = case_id.split("/")
+    return {"case_id": case_id, "model": model, "shape": "default", "layout": layout, "backend": backend,
+            "dtype": dtype, "kind": kind, "world_size": 1 if layout == "single" else 2, "status": status,
+            "figures": [{"name": "max_abs_err", "label": "max abs err", "value": figure, "fmt": ".3g",
+                         "cell": "{value:.1e}"}],
+            "reason": "" if status == "PASS" else f"max abs err {figure:.3g} > tolerance",
+            "extra": extra}
+
+
+class FakeEnv(Env):
+    def harness(self, *args: str) -> list[str]:
+        return [sys.executable, str(self.info["script"]), self.info["side"], str(self.info["rows"]), *args]
+
+
+@pytest.fixture
+def sides(tmp_path, monkeypatch):
+    """Two revisions whose runs give `rows[side]`; returns (rows, the environments asked for)."""
+    script = tmp_path / "fake_run.py"
+    script.write_text(FAKE_RUN)
+    rows, asked = {}, []
+
+    def env_for(revision, cache, echo):
+        side = ("base", "head")[len(asked) % 2]  # ab asks for the base first, then the head
+        asked.append(revision)
+        path = tmp_path / f"{side}.json"
+        path.write_text(json.dumps(rows[side]))
+        return FakeEnv(revision, Path(sys.executable), info={"script": script, "side": side, "rows": path,
+                                                             "key": revision.text})
+
+    monkeypatch.setattr(ab, "env_for", env_for)
+    monkeypatch.setattr(ab, "parse_revision", lambda text: Revision(text, "installed"))
+    return rows, asked
+
+
+SINGLE, ULYSSES = "flux/single/native/fp32/tensor", "flux/ulysses2/native/fp32/tensor"
+
+
+def run_ab(tmp_path, base: str = "one", head: str = "two") -> tuple[int, list[str]]:
+    lines = []
+    code = ab.ab(base, head, ["--models=flux", "--layouts=ulysses2", "--kinds=tensor"], tmp_path / "ab",
+                 tmp_path / "cache", lines.append)
+    return code, lines
+
+
+def summary(lines: list[str]) -> str:
+    return next(line for line in lines if line.startswith("ab: installed") and " -> " in line)
+
+
+def test_a_fix_is_reported_and_exits_0_a_regression_exits_1(tmp_path, sides):
+    rows, _ = sides
+    broken = [case(SINGLE, "PASS", 0.0), case(ULYSSES, "FAIL", 2.19e-2, vs_baseline_max_abs=2.19e-2)]
+    fixed = [case(SINGLE, "PASS", 0.0), case(ULYSSES, "PASS", 2.4e-7, vs_baseline_max_abs=2.4e-7)]
+    rows.update(base={"cases": broken, "captures": ["tensor.safetensors"]}, head={"cases": fixed})
+    code, lines = run_ab(tmp_path)
+    assert code == 0 and "1 changed status (0 regressions)" in summary(lines)
+    assert any(line.startswith(f"  FAIL -> PASS  {ULYSSES}") for line in lines)
+    args = json.loads((tmp_path / "ab/base/args.json").read_text())
+    assert "--layouts=single,ulysses2" in args  # the single layout joins the plan
+    rows.update(base={"cases": fixed, "captures": ["tensor.safetensors"]}, head={"cases": broken})
+    code, lines = run_ab(tmp_path)
+    assert code == 1 and "1 regression)" in summary(lines) and lines[-2].endswith("exit 1: a case newly fails")
+    markdown = (tmp_path / "ab/matrix.md").read_text()
+    assert "PASS | FAIL" in markdown and (tmp_path / "ab/index.html").is_file() and (tmp_path / "ab/compare.html")
+
+
+def test_a_changed_model_is_told_from_a_parallel_bug(tmp_path, sides):
+    rows, _ = sides
+    base = [case(SINGLE, "PASS", 0.0), case(ULYSSES, "PASS", 2.4e-7, vs_baseline_max_abs=2.4e-7)]
+    head = [case(SINGLE, "FAIL", 3e-2), case(ULYSSES, "FAIL", 3e-2, vs_baseline_max_abs=2.4e-7)]
+    rows.update(base={"cases": base}, head={"cases": head})
+    code, lines = run_ab(tmp_path)
+    assert "single device: the model itself changed: " + SINGLE in summary(lines)
+    assert f"parallel parity, head: 1 FAIL; worst fp32 layout against its own single-device run: 2.4e-07 ({ULYSSES})" \
+        in lines
+    rows["head"]["cases"] = [case(SINGLE, "PASS", 0.0), head[1]]  # negative control: the model unchanged
+    code, lines = run_ab(tmp_path)
+    assert "single device: unchanged" in summary(lines)
+
+
+def test_the_base_references_are_reused_only_for_the_same_revision(tmp_path, sides):
+    rows, _ = sides
+    rows.update(base={"cases": [case(SINGLE, "PASS", 0.0)], "captures": ["tensor.safetensors"]},
+                head={"cases": [case(SINGLE, "PASS", 0.0)], "captures": ["image.safetensors"]})
+    run_ab(tmp_path)
+    reference = tmp_path / "ab/references/flux/tensor.safetensors"
+    assert reference.read_text() == "base"
+    assert json.loads((tmp_path / "ab/head/found.json").read_text()) == ["tensor.safetensors"]  # the base's, first
+    assert (tmp_path / "ab/head/references/flux/tensor.safetensors").read_text() == "base"
+    reference.write_text("kept")
+    code, lines = run_ab(tmp_path)
+    assert reference.read_text() == "kept" and "ab: reusing the base's references" in "\n".join(lines)
+    assert any("the base has no reference for flux/image.safetensors" in line for line in lines)
+    assert not (tmp_path / "ab/references/flux/image.safetensors").exists()  # the head's capture stays its own
+    run_ab(tmp_path, base="another")  # negative control: another base revision captures anew
+    assert reference.read_text() == "base"
