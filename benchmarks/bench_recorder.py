@@ -37,16 +37,16 @@ def main() -> None:
     from harness.core.errors import HarnessError
     from harness.core.layouts import Layout
     from harness.core.records import Case
+    from harness.engine.context import RankContext
     from harness.kinds import kind_of
     from harness.rank import backends, cpu
-    from harness.rank.casework import CaseWork
     from harness.rank.recorder import RunRecorder
 
     determinism.quiet_diffusers()
     determinism.strict_fp32()
     cpu.apply()
     backends.install_dispatch_counters()
-    work = CaseWork("references", None, torch.device("cpu"))
+    work = RankContext("references", None, torch.device("cpu"))
     print("| model / kind | plain run | recorded run (the case's run) | recording adds |")
     print("|---|---|---|---|")
     for model in options.models:

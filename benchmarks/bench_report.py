@@ -138,8 +138,8 @@ def known_issue(case: CaseResult) -> str | None:
 
 def traceback(case: CaseResult, error: str) -> str:
     """A worker traceback of the usual length (35 frames), the same for a model and an error across its cases."""
-    frames = [("harness/rank/worker.py", 166, "run", "output, info = self.run_case(case)"),
-              ("harness/rank/worker.py", 99, "run_case", "output = forward()"),
+    frames = [("harness/engine/worker.py", 166, "run", "output, info = self.run_case(case)"),
+              ("harness/engine/worker.py", 99, "run_case", "output = forward()"),
               ("harness/run/capture.py", 18, "run_model", "return model(**inputs, return_dict=False)[0]")]
     frames += [(f"diffusers/models/transformers/transformer_{case.model}.py", 200 + 7 * i, f"forward_{i}",
                 f"hidden_states = block(hidden_states, encoder_hidden_states, temb, rotary_emb_{i})")

@@ -19,7 +19,7 @@ def workers_naming(folder: Path, wait_s: float = 60.0) -> list[str]:
                 cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if str(folder) in cmdline and ("harness.rank.worker" in cmdline or "torch.distributed.run" in cmdline):
+            if str(folder) in cmdline and ("harness.engine.worker" in cmdline or "torch.distributed.run" in cmdline):
                 found.append(f"{entry.name}: {cmdline}")
         if not found or time.monotonic() > deadline:
             return found

@@ -10,6 +10,7 @@ import signal
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from harness.core import axes
 from harness.core.layouts import Layout, parse_layout
 
 # The node a rank runs on (0 plans and judges), set by the harness on each node's torchrun: ranks report it in their
@@ -34,34 +35,38 @@ class Case:
 
     @property
     def case_id(self) -> str:
-        return case_id(self.model, self.shape, self.layout.name, self.backend, self.dtype, self.kind, self.fault)
+        return axes.spell(self.axis_values(), self.fault)
+
+    def axis_values(self) -> dict[str, str]:
+        """Its value on every axis (harness.core.axes), the layout by its name."""
+        return {name: getattr(self, name).name if name == "layout" else getattr(self, name) for name in axes.NAMES}
 
     @property
     def world_size(self) -> int:
         return self.layout.world_size
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "layout": self.layout.name, "backend": self.backend, "dtype": self.dtype,
-                "kind": self.kind, "shape": self.shape, "fault": self.fault, "weights_dir": self.weights_dir,
-                "localize": self.localize}
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**data, "layout": self.layout.name}
 
     @classmethod
     def from_dict(cls, data: dict) -> Case:
-        return cls(data["model"], parse_layout(data["layout"]), data["backend"], data["dtype"],
-                   data.get("kind", "tensor"), data.get("shape", "default"), data.get("fault"),
-                   data.get("weights_dir"), data.get("localize", False))
+        known = {f.name for f in fields(cls)}
+        given = {key: value for key, value in data.items() if key in known}
+        return cls(**{**given, "layout": parse_layout(data["layout"])})
 
 
-def case_id(model: str, shape: str, layout: str, backend: str, dtype: str, kind: str, fault: str | None = None) -> str:
-    """`model[@shape]/layout/backend/dtype/kind[+fault]`: the one place the id format is written."""
-    name = model if shape == "default" else f"{model}@{shape}"
-    return f"{name}/{layout}/{backend}/{dtype}/{kind}" + (f"+{fault}" if fault else "")
+def case_id(model: str, shape: str, layout: str, backend: str, dtype: str, kind: str, fault: str | None = None,
+            **more: str) -> str:
+    """The id of a case with these axis values (harness.core.axes spells it; `more`: axes added later)."""
+    values = {"model": model, "shape": shape, "layout": layout, "backend": backend, "dtype": dtype, "kind": kind}
+    return axes.spell({**values, **more}, fault)
 
 
 def without_fault(case_id: str) -> str:
     """The id of the case a negative control injected its fault into (the id itself when there is none)."""
     head, _, last = case_id.rpartition("/")
-    return f"{head}/{last.partition('+')[0]}"
+    return f"{head}/{last.partition(axes.FAULT)[0]}"
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 from harness.core.errors import HarnessError
 from harness.core.records import NODE_ENV
 
-WORKER = ["-m", "harness.rank.worker"]
+WORKER = ["-m", "harness.engine.worker"]
 DEFAULT_PORT = 29500  # torchrun's own default rendezvous port
 # Options that say how this run starts, not what it checks: rewritten when the run is handed to srun.
 OWN_OPTIONS = ("launcher", "nnodes", "node_rank", "rdzv_endpoint", "slurm_script", "slurm_options")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from itertools import product
 
 from harness.catalogue.zoo import SPECS, get_spec
-from harness.core import compat
+from harness.core import axes, compat
 from harness.core.dtypes import torch_dtype
 from harness.core.errors import HarnessError
 from harness.core.layouts import Layout, parse_layout
@@ -102,14 +102,15 @@ def predicted_refusal(case: Case) -> Refusal | None:
 def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_ranks: int = 4,
                fault: str | None = None, kinds=("tensor",), weights_dir=None,
                check_refusals: bool = False, scopes: dict | None = None,
-               capacity: Capacity | None = None) -> list[PlannedCase]:
+               capacity: Capacity | None = None, more: dict[str, list] | None = None) -> list[PlannedCase]:
     """Every case, in a stable order; what cannot run here carries its SKIP reason. Image cases exist for the models
     with a tiny pipeline, at the tiny pipeline's own size, or on the local checkpoint `weights_dir`. A kind runs the
     layouts it applies to (data-parallel layouts: train only), on its own models, layouts and shapes where `scopes`
     gives them ({kind: (models, layouts, shapes)}).
 
     A case diffusers is expected to refuse is a SKIP with the reason, or, with `check_refusals`, runs so that the
-    refusal is seen (XFAIL) and a backend that runs where it should refuse is judged like any other case."""
+    refusal is seen (XFAIL) and a backend that runs where it should refuse is judged like any other case. `more`:
+    the values of the product axes declared after backend and dtype (harness.core.axes), by axis name."""
     for dtype in dtypes:
         torch_dtype(dtype)
     if fault is not None:
@@ -132,13 +133,18 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
         raise HarnessError(f"unknown kind(s) {sorted(unknown_kinds)}; valid kinds: {', '.join(KINDS)}")
     limit = capacity or max_ranks(cpu_max_ranks)
     registry = backend_info.registry_problems()  # checked against the catalogue once per plan
+    crossed = {"backend": list(backends), "dtype": list(dtypes), **(more or {})}
+    if set(crossed) != {axis.name for axis in axes.product_axes()}:
+        raise HarnessError(f"the plan crosses {sorted(crossed)}; the declared axes are "
+                           f"{sorted(axis.name for axis in axes.product_axes())}")
     plan = []
     for spec in specs:
         for kind in (name for name in KINDS if name in kinds and spec.name in scopes[name][0]):
             kind_layouts = [parsed[name] for name in scopes[kind][1] if kind_of(kind).applies(parsed[name])]
             for shape, folder in kind_of(kind).shapes(spec, list(scopes[kind][2]), weights_dir):
-                for layout, backend, dtype in product(kind_layouts, backends, dtypes):
-                    case = Case(spec.name, layout, backend, dtype, kind, shape, fault, folder)
+                for layout, *values in product(kind_layouts, *crossed.values()):
+                    case = Case(spec.name, layout, kind=kind, shape=shape, fault=fault, weights_dir=folder,
+                                **dict(zip(crossed, values, strict=True)))
                     plan.append(_planned(case, limit, check_refusals, registry))
     return plan
 

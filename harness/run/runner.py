@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness.core import environment
+from harness.core import axes, environment
 from harness.core.errors import HarnessError
 from harness.core.records import GroupSpec, Outcome
 from harness.core.reference import reference_path
@@ -39,9 +39,11 @@ class RunSummary:
 
 
 def plan_from(settings: Settings, fault: str | None = None) -> list[PlannedCase]:
+    more = {axis.name: settings.option(axis.option) for axis in axes.product_axes()
+            if axis.name not in ("backend", "dtype")}
     plan = build_plan(settings.models, settings.layouts, settings.backends, settings.dtypes, settings.shapes,
                       settings.cpu_max_ranks, fault, settings.kinds, settings.weights, settings.check_refusals,
-                      settings.scopes, capacity=_capacity(settings))
+                      settings.scopes, capacity=_capacity(settings), more=more)
     return plan + uncovered_rows()
 
 

@@ -15,7 +15,7 @@ STACKS_WAIT_S = 10.0  # how long the ranks get to write their stacks (they do it
 
 
 def rank_stacks(folder: Path, watch) -> dict[int, str]:
-    """Every rank's Python stacks, written by faulthandler on SIGUSR1 (harness.rank.worker registers it), read back
+    """Every rank's Python stacks, written by faulthandler on SIGUSR1 (harness.engine.worker registers it), read back
     before the group is killed: where a hung rank is stuck. Another node's agent signals its own ranks."""
     paths = {rank: folder / f"rank{rank}.stacks" for rank in watch.pids}
     sizes = {rank: path.stat().st_size if path.exists() else 0 for rank, path in paths.items()}

@@ -15,8 +15,7 @@ from harness.run.known_issues import KnownIssue
 
 
 def base_result(case) -> CaseResult:
-    return CaseResult(case.case_id, case.model, case.shape, case.kind, case.layout.name, case.world_size,
-                      case.backend, case.dtype)
+    return CaseResult(case.case_id, world_size=case.world_size, **case.axis_values())
 
 
 def judge(outcome: Outcome, settings) -> CaseResult:

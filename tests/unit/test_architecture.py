@@ -14,11 +14,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harness"
 LAYERS = [
     ("harness", "harness.core"),
     ("harness.catalogue",),
-    ("harness.rank.backends", "harness.rank.kernels", "harness.rank.compare", "harness.rank.image_metrics",
-     "harness.rank.cpu", "harness.rank.faults", "harness.rank.training", "harness.rank.localize",
-     "harness.rank.comms", "harness.rank.comms_check", "harness.rank.recorder", "harness.rank.noise"),
+    ("harness.rank", "harness.report"),
     ("harness.kinds",),
-    ("harness.rank", "harness.run", "harness.versions"),  # versions: across diffusers revisions, over `harness run`
+    ("harness.engine", "harness.run", "harness.versions"),  # versions: across diffusers revisions, over `harness run`
     ("harness.cli", "harness.plugin", "harness.__main__"),
 ]
 
@@ -78,8 +76,8 @@ def test_the_rank_side_and_the_orchestrator_do_not_import_each_other():
     modules, crossing = _modules(), []
     for name, imports in modules.items():
         for target in {_existing(t, modules) for t in imports} - {None}:
-            sides = {side for side in ("harness.run", "harness.rank") if f"{name}.".startswith(side + ".")}
-            other = {side for side in ("harness.run", "harness.rank") if f"{target}.".startswith(side + ".")}
+            sides = {side for side in ("harness.run", "harness.engine") if f"{name}.".startswith(side + ".")}
+            other = {side for side in ("harness.run", "harness.engine") if f"{target}.".startswith(side + ".")}
             if _layer(name) == _layer(target) == 4 and sides and other and sides != other:
                 crossing.append(f"{name} -> {target}")
     assert crossing == []

@@ -12,11 +12,11 @@ import torch.distributed._functional_collectives as funcol
 from harness.core.layouts import parse_layout
 from harness.core.records import Case, CaseRecord, Outcome
 from harness.core.results import Status
-from harness.kinds import Policy
 from harness.rank.comms_check import by_pattern, comms_mismatch, predict, totals
 from harness.rank.recorder import BACKWARD, OUTSIDE, RunRecorder
 from harness.run.known_issues import KnownIssue
 from harness.run.verdict import apply_known_issues, judge
+from tests.judging import settings
 
 
 @pytest.fixture(scope="module")
@@ -153,9 +153,9 @@ def _outcome(comms, expected):
 
 def test_a_missing_exchange_is_a_proof_failure_no_known_issue_excuses():
     expected = [_expect("blocks.0.attn", "all_to_all", 4)]
-    clean = judge(_outcome({"blocks.0.attn": {"all_to_all": [4, 64]}}, expected), Policy(1e-5, 1.25, {}))
+    clean = judge(_outcome({"blocks.0.attn": {"all_to_all": [4, 64]}}, expected), settings())
     assert clean.status is Status.PASS and clean.comms == "all_to_all:4 (64 B)" and clean.extra["comms"]
-    broken = judge(_outcome({}, expected), Policy(1e-5, 1.25, {}))
+    broken = judge(_outcome({}, expected), settings())
     assert broken.status is Status.FAIL and broken.reason.startswith("communication: 1 of 1")
     assert [item["check"] for item in broken.evidence] == ["proof.comms"]  # the numbers passed: nothing else
     issue = KnownIssue(match="flux/*", reason="listed", error_contains="communication")

@@ -13,8 +13,9 @@ import pytest
 from harness.core.layouts import parse_layout
 from harness.core.records import Case, CaseRecord, Outcome
 from harness.core.results import Status
-from harness.kinds import Policy, kind_of
+from harness.kinds import kind_of
 from harness.run.verdict import judge
+from tests.judging import settings
 
 pytest.importorskip("transformers", reason="diffusers' pipeline classes need the transformers package")
 
@@ -22,7 +23,7 @@ LIMITS = {"ssim_min": 0.99, "psnr_min": 38.0, "max_abs_err_max": 0.1}
 
 
 def _policy(tolerance):
-    return Policy(tolerance, 1.25, LIMITS)
+    return settings(tolerance, image=LIMITS)
 
 
 def _image_outcome(dtype="bf16", **metrics):
@@ -36,7 +37,7 @@ def test_image_within_limits_against_reference_and_baseline_passes():
     good = {"ssim": 0.9993, "psnr": 49.5, "max_abs_err": 0.017, "mean_abs_err": 2e-3, "nonfinite": 0}
     result = judge(_image_outcome(**good, baseline=good, vs_baseline=good), _policy(0.1))
     assert result.status is Status.PASS
-    assert (result.ssim, result.psnr) == (0.9993, 49.5)
+    assert (result.figure("ssim"), result.figure("psnr"), result.cell) == (0.9993, 49.5, "ssim 0.9993")
 
 
 def test_image_that_only_the_baseline_comparison_catches_fails():

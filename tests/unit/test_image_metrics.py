@@ -110,7 +110,7 @@ def _limits():
 
     from harness.run.settings import load_settings
 
-    return load_settings(start=Path(__file__).resolve().parents[2]).image
+    return load_settings(start=Path(__file__).resolve().parents[2]).option("image_limits")
 
 
 THRESHOLDS = _limits()

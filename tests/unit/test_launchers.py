@@ -24,7 +24,7 @@ def test_local_is_the_default_and_stays_standalone(project):
     assert launcher == Local()
     command = launcher.command(4, 1, "g.json", "")
     assert command[1:] == ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
-                           "--monitor-interval=1", "-m", "harness.rank.worker", "g.json"]
+                           "--monitor-interval=1", "-m", "harness.engine.worker", "g.json"]
 
 
 def test_torchrun_spreads_a_group_over_the_nodes_by_c10d_rendezvous(project):
@@ -33,7 +33,7 @@ def test_torchrun_spreads_a_group_over_the_nodes_by_c10d_rendezvous(project):
     assert launcher.command(4, 2, "g.json", "run-3")[1:] == [
         "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
         "--rdzv-endpoint=node0:29400", "--rdzv-id=run-3", "--max-restarts=0", "--monitor-interval=1",
-        "-m", "harness.rank.worker", "g.json"]
+        "-m", "harness.engine.worker", "g.json"]
     assert "--standalone" in launcher.command(1, 1, "g.json", "")  # a group on node 0 alone
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.figures import limit
 from harness.core.results import Status
 from harness.run import runner
 from harness.run.selftest import CONTROLS, control_plan
@@ -36,12 +37,13 @@ def test_deliberate_bug_fails_and_clean_twin_passes(control_results, control):
     faulty = results[control.name]
     assert faulty.status is Status.FAIL, faulty.reason
     assert control.expected in faulty.reason
+    tolerance = limit(faulty.figures, "max_abs_err")
     if control.expected == "> tolerance" and control.dtype == "fp32":
-        assert faulty.max_abs_err > 100 * faulty.tolerance
+        assert faulty.figure("max_abs_err") > 100 * tolerance
     if control.expected == "error budget":  # the fixed bf16 tolerance alone would have passed it
-        assert faulty.max_abs_err < faulty.tolerance
+        assert faulty.figure("max_abs_err") < tolerance
     if control.fault == "rope_sign":  # a change to the model itself: the layout agrees with its own baseline
-        assert faulty.extra["vs_baseline_max_abs"] < faulty.tolerance
+        assert faulty.figure("vs_baseline_max_abs") < tolerance
     if control.kind == "image":  # the report's difference image shows it
         diff = faulty.extra["images"]["diff"]
         assert diff.endswith("-diff.png")

@@ -9,10 +9,10 @@ import pytest
 
 from harness.core.layouts import parse_layout
 from harness.core.records import Case, GroupSpec, Outcome
-from harness.kinds import Policy
 from harness.rank import cpu, worker
 from harness.run.launch import _Launch
 from harness.run.verdict import judge
+from tests.judging import settings
 
 CASE = Case("flux", parse_layout("ulysses2"), "native", "fp32")
 IMPORT_ERROR = "ImportError: cannot import name 'tensor_parallel' from 'diffusers.hooks'"
@@ -49,7 +49,7 @@ def test_the_case_reason_is_the_rank_traceback_not_torchruns_summary(tmp_path):
     launch.watch.poll()
     outcome = launch._outcome(CASE.case_id, "exited", 1)
     assert outcome.record.traceback.endswith(IMPORT_ERROR)
-    result = judge(outcome, Policy(1e-5, 1.25, {}))
+    result = judge(outcome, settings())
     assert result.reason == f"rank 1: failed at startup: {IMPORT_ERROR}"
     assert "worker group" not in result.reason
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.figures import limit, value
 from harness.core.layouts import parse_layout
 from harness.core.results import CaseResult, Status
 from harness.run import runner
@@ -296,23 +297,27 @@ def test_a_changed_model_against_references_of_another_version(project, zoo_refe
     for cid in ROPE:
         assert results[cid]["status"] == "FAIL"
         assert re.fullmatch(r"max abs err \S+ > tolerance 1e-05", results[cid]["reason"]), results[cid]["reason"]
-        assert results[cid]["max_abs_err"] > 100 * results[cid]["tolerance"]
+        assert figure(results[cid], "max_abs_err") > 100 * limit(results[cid]["figures"], "max_abs_err")
     # ... while the layouts agree with each other and with the changed model's single-device run
     ulysses, tp = (results[cid] for cid in ROPE)
-    assert ulysses["extra"]["vs_baseline_max_abs"] < 1e-5 and tp["extra"]["vs_baseline_max_abs"] < 1e-5
-    assert abs(ulysses["max_abs_err"] - tp["max_abs_err"]) < 1e-5
-    assert abs(ulysses["mean_abs_err"] - tp["mean_abs_err"]) < 1e-6
+    assert figure(ulysses, "vs_baseline_max_abs") < 1e-5 and figure(tp, "vs_baseline_max_abs") < 1e-5
+    assert abs(figure(ulysses, "max_abs_err") - figure(tp, "max_abs_err")) < 1e-5
+    assert abs(figure(ulysses, "mean_abs_err") - figure(tp, "mean_abs_err")) < 1e-6
+
+
+def figure(case: dict, name: str):
+    return value(case["figures"], name)
 
 
 def test_a_fail_keeps_how_far_the_layout_is_from_its_single_device_run():
     from harness.core.records import CaseRecord, Outcome
-    from harness.kinds import Policy
     from harness.run.verdict import judge
+    from tests.judging import settings
 
     metrics = {"max_abs_err": 1.85e-2, "mean_abs_err": 2e-3, "max_rel_err": 1.0, "nonfinite": 0,
                "vs_baseline_max_abs": 1.2e-7}
     case = Case("flux", parse_layout("ulysses2"), "native", "fp32", fault="rope_sign")
     record = CaseRecord(case.case_id, seconds=0.2, dispatched={"native": 4}, metrics=metrics)
-    result = judge(Outcome(case, record), Policy(1e-5, 1.25, {}))
+    result = judge(Outcome(case, record), settings())
     assert result.status is Status.FAIL and "> tolerance" in result.reason
-    assert result.extra.get("vs_baseline_max_abs") == 1.2e-7, result.extra
+    assert result.figure("vs_baseline_max_abs") == 1.2e-7, result.figures

@@ -21,13 +21,13 @@ def test_precedence(project, table, override, expected):
 
 
 def test_lists_from_command_line_and_tolerances_from_pyproject(project):
-    table = '[tool.harness]\nlayouts = ["tp2"]\n[tool.harness.tolerance]\nfp32 = 2e-6\n'
+    table = '[tool.harness]\nlayouts = ["tp2"]\n[tool.harness.tensor]\nfp32 = 2e-6\n'
     (project / "pyproject.toml").write_text(table)
     settings = load_settings({"models": "flux, qwenimage"})
     assert settings.models == ["flux", "qwenimage"]
     assert settings.layouts == ["tp2"]
-    assert settings.tolerance_for("fp32") == 2e-6
-    assert settings.tolerance_for("bf16") == 0.15
+    assert settings.limits("tensor", "fp32") == 2e-6
+    assert settings.limits("tensor", "bf16") == 0.15
 
 
 def test_unknown_key_is_named(project):

@@ -11,10 +11,9 @@ from harness.core.errors import HarnessError
 from harness.core.layouts import parse_layout
 from harness.core.reference import read_reference
 from harness.core.results import CaseResult, Status
-from harness.kinds import Policy, kind_of
+from harness.kinds import kind_of
 from harness.rank import backends, training
-
-LIMITS = {"fp32": {"loss_rel": 1e-5, "grad_rel": 1e-4, "weight_abs": 1e-3}}
+from tests.judging import settings
 
 
 def test_samples_stack_on_their_sample_axis_and_shared_inputs_stay_whole():
@@ -87,8 +86,8 @@ def _judge(metrics, dtype="fp32", exact=False):
     from harness.run.verdict import settle
 
     result = CaseResult("x", "flux", "default", "train", "ulysses2", 2, "native", dtype)
-    policy = Policy(1e-5, 1.25, {}, 1.5, LIMITS.get(dtype), exact)
-    items = kind_of("train").judge(result, metrics, policy)
+    kind = kind_of("train")
+    items = kind.judge(result, metrics, kind.policy(settings(exact=exact), dtype))
     settle(result, items)
     return result.status, result.reason, [(item.check, item.subject) for item in items]
 

@@ -8,9 +8,9 @@ from harness.core.evidence import Evidence
 from harness.core.layouts import parse_layout
 from harness.core.records import Case, CaseRecord, Outcome
 from harness.core.results import Status
-from harness.kinds import Policy
 from harness.run.known_issues import KnownIssue, load_known_issues
 from harness.run.verdict import apply_known_issues, judge
+from tests.judging import settings
 
 
 def _outcome(dtype="fp32", layout="ulysses2", backend="native", **metrics):
@@ -24,7 +24,7 @@ def _failed(outcome, **fields):
 
 
 def _policy(tolerance, budget_factor=1.25):
-    return Policy(tolerance, budget_factor, {})
+    return settings(tolerance, budget_factor)
 
 
 def test_fp32_within_tolerance_passes():
@@ -57,7 +57,7 @@ def test_low_precision_within_budget_passes():
     outcome = _outcome("bf16", max_abs_err=1.0e-2, mean_abs_err=2.7e-3, baseline=baseline)
     result = judge(outcome, _policy(0.1, 1.25))
     assert result.status is Status.PASS
-    assert result.err_ratio == pytest.approx(2.7 / 2.67)
+    assert result.figure("err_ratio") == pytest.approx(2.7 / 2.67)
 
 
 def test_low_precision_over_budget_fails_although_under_fixed_tolerance():
@@ -159,7 +159,7 @@ def test_a_few_wrong_values_in_bf16_fail_the_max_budget_while_the_mean_passes():
     """Clean bf16 layouts measure 0.84-1.11x the single-device max; three values 0.03 off measure 4x."""
     baseline = {"mean_abs_err": 2.67e-3, "max_abs_err": 7.7e-3}
     clean = judge(_outcome("bf16", max_abs_err=8.6e-3, mean_abs_err=2.7e-3, baseline=baseline), _policy(0.15))
-    assert clean.status is Status.PASS and clean.extra["max_err_ratio"] < 1.5
+    assert clean.status is Status.PASS and clean.figure("max_err_ratio") < 1.5
     few = judge(_outcome("bf16", max_abs_err=3.1e-2, mean_abs_err=2.71e-3, baseline=baseline), _policy(0.15))
     assert few.status is Status.FAIL
     assert few.reason.startswith("error budget: max abs err 0.031 is 4.03x the single-device bf16 max 0.0077")

@@ -20,9 +20,12 @@ import torch.distributed as dist
 from harness.core import determinism
 from harness.core.errors import traceback_text
 from harness.core.records import NODE_ENV, STACKS_SIGNAL, Case, CaseRecord, GroupSpec
+from harness.engine.baselines import Baselines
+from harness.engine.casework import measure, run_case
+from harness.engine.context import RankContext
+from harness.engine.localization import localize_case
 from harness.kinds import kind_of
 from harness.rank import backends, cpu
-from harness.rank.casework import CaseWork
 
 
 class Worker:
@@ -34,8 +37,8 @@ class Worker:
         device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}") if torch.cuda.is_available() \
             else torch.device("cpu")
         images = Path(group.images_dir) if group.images_dir else None
-        self.work = CaseWork(Path(group.references), images, device,
-                             Path(group.baselines) if group.baselines and rank == 0 else None)
+        self.work = RankContext(Path(group.references), images, device)
+        self.baselines = Baselines(self.work, Path(group.baselines) if group.baselines and rank == 0 else None)
         self.events = open(Path(group.workdir) / f"rank{rank}.jsonl", "a", buffering=1)
 
     def emit(self, event: str, **data) -> None:
@@ -49,7 +52,7 @@ class Worker:
                 continue
             output = info = error = None
             try:
-                output, info = self.work.run(case)
+                output, info = run_case(self.work, case)
             except Exception as exc:  # noqa: BLE001 - a case's failure is its ERROR, never the group's
                 error = {"message": backends.first_line(exc), "traceback": traceback_text()}
                 self.emit("rank_error", case_id=case.case_id, **error)
@@ -74,7 +77,7 @@ class Worker:
         """Where the case breaks (harness.rank.localize); its time is its own, not the case's."""
         started, found, error = time.perf_counter(), None, None
         try:
-            found = self.work.localize(case, self.rank, self.world_size)
+            found = localize_case(self.work, case, self.rank, self.world_size)
         except Exception as exc:  # noqa: BLE001 - reported with the case, never fatal
             error = {"message": backends.first_line(exc), "traceback": traceback_text()}
             self.emit("rank_error", case_id=case.case_id, **error)
@@ -116,7 +119,7 @@ class Worker:
             return CaseRecord(case.case_id, error=error["message"], traceback=error["traceback"],
                               error_rank=None if len(failed) == len(gathered) else rank)
         try:
-            metrics = self.work.measure(case, output)
+            metrics = measure(self.work, self.baselines, case, output)
         except Exception as exc:  # noqa: BLE001
             return CaseRecord(case.case_id, error=backends.first_line(exc), error_rank=0, traceback=traceback_text())
         per_rank = [round(g["peak_mem_mb"], 1) for g in gathered]

@@ -1,0 +1,59 @@
+"""One case on a rank: build it through its kind, apply the layout, run it once with the proof of what ran recorded
+in that very run (harness.rank.recorder), and measure it against the reference and its single-device baselines."""
+
+from __future__ import annotations
+
+import time
+
+from harness.core.records import Case
+from harness.engine.baselines import Baselines
+from harness.engine.context import RankContext
+from harness.kinds import kind_of
+from harness.rank import backends, comms_check, faults
+from harness.rank.recorder import RunRecorder
+
+
+def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
+    """The case's output on this rank, and what ran: timings, dispatched backends, executed kernels, collectives."""
+    started = time.perf_counter()
+    context.phases.clear()
+    reference = context.reference(case)
+    with context.phase("model build"):
+        built = kind_of(case.kind).build(case, reference, context.device)
+    with faults.active(case.fault):
+        with context.phase("parallel setup"):
+            context.apply_layout(case, built)
+        backends.reset_dispatches()
+        recorder = RunRecorder(built.module, built.kernel_scope)
+        context.sync(reset_peak=True)
+        forward_started = time.perf_counter()
+        output = built.run_recorded(recorder)  # the proof is recorded in this very run (a few ms a case)
+        context.sync()
+        forward_s, seconds = time.perf_counter() - forward_started, time.perf_counter() - started
+        context.phases["forward"] += forward_s
+        dispatched, functions = backends.dispatches(), backends.functions_run()
+        proof = _prove_comms(case, built, recorder) if case.layout.world_size > 1 else {}
+    placements = None
+    if hasattr(output, "full_tensor"):  # materialised to compare, and reported: diffusers returns plain tensors
+        placements = str(tuple(output.placements))
+        output = output.full_tensor()
+    return output, {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched,
+                    "kernels": recorder.executed(), "output_placements": placements, "functions": functions,
+                    "expected_function": backends.expected_function(case.backend), **proof}
+
+
+def _prove_comms(case: Case, built, recorder: RunRecorder) -> dict:
+    """The collectives the run performed, and what the layout predicts it must have (harness.rank.comms_check)."""
+    expected = comms_check.predict(built.module, case.layout, built.cp_plan, recorder)
+    return {"comms": recorder.recorded(), "comms_expected": [item.to_dict() for item in expected]}
+
+
+def measure(context: RankContext, baselines: Baselines, case: Case, output) -> dict:
+    """The kind's metrics against the reference and the single-device baseline of the case's dtype (and the other
+    draws of its noise where the kind judges by them)."""
+    kind = kind_of(case.kind)
+    baselines.offer(case, output)
+    reference, baseline = context.reference(case), baselines.of(case)
+    draws = {name: baselines.of(case, draw=name) for name in kind.draws_for(case)}
+    with context.phase("metrics and images"):
+        return kind.measure(output, reference, baseline, case, context.images_dir, draws)

@@ -1,0 +1,73 @@
+"""A rank's state shared by every case of its launch: the device, the references read so far, the device meshes
+built so far, and the time each phase of the case in progress took."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from harness.core.records import Case
+from harness.core.reference import Reference, read_reference, reference_path
+from harness.kinds import kind_of
+
+
+class RankContext:
+    def __init__(self, references: Path, images_dir: Path | None, device: torch.device):
+        self.root, self.images_dir, self.device = Path(references), images_dir, device
+        self.references: dict[tuple, Reference] = {}
+        self.meshes: dict[tuple, object] = {}
+        self.phases: Counter = Counter()  # seconds per phase of the case in progress (where a launch's time goes)
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] += time.perf_counter() - started
+
+    def reference(self, case: Case) -> Reference:
+        key = (case.model, case.shape, case.kind, case.weights_dir)
+        if key not in self.references:
+            path = reference_path(self.root, case.model, case.shape, case.kind)
+            with self.phase("reference loading"):
+                self.references[key] = read_reference(path, kind_of(case.kind).reference_hash(case))
+        return self.references[key]
+
+    def mesh(self, layout):
+        spec = layout.mesh_spec()
+        if spec is None:
+            return None
+        if spec not in self.meshes:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            self.meshes[spec] = init_device_mesh(self.device.type, spec[0], mesh_dim_names=spec[1])
+        return self.meshes[spec]
+
+    def apply_layout(self, case: Case, built) -> None:
+        """diffusers' own `enable_parallelism`, then what the kind adds on the mesh (the data-parallel engine)."""
+        mesh = self.mesh(case.layout)
+        config = case.layout.diffusers_config(mesh)
+        if config is not None:
+            built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
+        if built.parallelize is not None:
+            built.parallelize(mesh)
+
+    def peak_memory_mb(self) -> float:
+        """CUDA: the case's peak allocated memory. CPU: the process's peak resident size so far (a high-water mark
+        over the launch, not per case: the CPU allocator keeps no per-case statistics)."""
+        if self.device.type == "cuda":
+            return torch.cuda.max_memory_allocated(self.device) / 2**20
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    def sync(self, reset_peak: bool = False) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            if reset_peak:
+                torch.cuda.reset_peak_memory_stats(self.device)
