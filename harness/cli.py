@@ -168,16 +168,16 @@ def _hand_off(launcher, command: list[str], settings, forwarded: list[str]) -> i
 
 
 def cmd_merge(args) -> int:
-    from harness.run import matrix
+    from harness.report import matrix
     from harness.run.merge import merge_runs
 
     settings = _settings(args)
     out = settings.path("report_dir")
     results, header = merge_runs([Path(folder) for folder in args.parts], out)
     print(matrix.terminal(results))
-    print(f"merged {len(header['merged_from'])} parts, {len(results)} cases: {matrix.counts_line(results)}; "
+    print(f"merged {len(header.merged_from)} parts, {len(results)} cases: {matrix.counts_line(results)}; "
           f"wrote {out / 'results.json'}, {out / 'index.html'}, {out / 'matrix.csv'}, {out / 'matrix.md'}")
-    strict = bool(header["settings"].get("xfail_strict"))
+    strict = bool(header.settings.get("xfail_strict"))
     return 1 if any(result.status.is_failure(strict) for result in results) else 0
 
 
@@ -251,7 +251,9 @@ def cmd_models(args) -> int:
     print(f"\n{covered} of {len(rows)} classes with a parallel plan have a spec")
     if not args.check:
         return 0
-    from harness.run import plan_checks  # --check: each plan against its module trees; exit 1 on an error finding
+    from harness.catalogue import (
+        checks as plan_checks,  # --check: each plan against its module trees; exit 1 on an error finding
+    )
 
     findings, trees = plan_checks.check_all()
     print("\n" + plan_checks.format_table(findings))

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from harness.core import determinism
+from harness.core import determinism, events
 from harness.core.errors import traceback_text
 from harness.core.records import NODE_ENV, STACKS_SIGNAL, Case, CaseRecord, GroupSpec
 from harness.engine.baselines import Baselines
@@ -41,12 +41,18 @@ class Worker:
         self.baselines = Baselines(self.work, Path(group.baselines) if group.baselines and rank == 0 else None)
         self.events = open(Path(group.workdir) / f"rank{rank}.jsonl", "a", buffering=1)
 
-    def emit(self, event: str, **data) -> None:
-        self.events.write(json.dumps({"event": event, "rank": self.rank, "time": time.time(), **data}) + "\n")
+    def emit(self, event: events.Event) -> None:
+        self.events.write(events.to_line(event) + "\n")
+
+    def error(self, case: Case, exc: Exception) -> dict:
+        """This rank's failure of the case, said to the launcher at once (the others may be stuck waiting)."""
+        error = {"message": backends.first_line(exc), "traceback": traceback_text()}
+        self.emit(events.RankError(self.rank, time.time(), case.case_id, **error))
+        return error
 
     def run(self) -> None:
         for case in self.group.cases:
-            self.emit("start", case_id=case.case_id)
+            self.emit(events.Start(self.rank, time.time(), case.case_id))
             if case.localize:
                 self.localize(case)
                 continue
@@ -54,8 +60,7 @@ class Worker:
             try:
                 output, info = run_case(self.work, case)
             except Exception as exc:  # noqa: BLE001 - a case's failure is its ERROR, never the group's
-                error = {"message": backends.first_line(exc), "traceback": traceback_text()}
-                self.emit("rank_error", case_id=case.case_id, **error)
+                error = self.error(case, exc)
             finally:
                 backends.reset_active_backend()
             gathered = [None] * self.world_size
@@ -79,8 +84,7 @@ class Worker:
         try:
             found = localize_case(self.work, case, self.rank, self.world_size)
         except Exception as exc:  # noqa: BLE001 - reported with the case, never fatal
-            error = {"message": backends.first_line(exc), "traceback": traceback_text()}
-            self.emit("rank_error", case_id=case.case_id, **error)
+            error = self.error(case, exc)
         finally:
             backends.reset_active_backend()
         errors = [None] * self.world_size
@@ -132,7 +136,7 @@ class Worker:
                           comms_expected=info.get("comms_expected", []), metrics=metrics)
 
     def report(self, record: CaseRecord) -> None:
-        self.emit("result", **record.to_dict())
+        self.emit(events.Result(self.rank, time.time(), record))
 
 
 def init_distributed() -> tuple[int, int]:
@@ -154,10 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.register(STACKS_SIGNAL, file=stacks, all_threads=True)  # the launcher asks before it kills a hang
 
     def fatal(stage: str, error: Exception) -> None:
-        event = {"event": "fatal", "rank": rank, "time": time.time(), "pid": os.getpid(), "stage": stage,
-                 "message": backends.first_line(error), "traceback": traceback_text()}
-        with open(Path(group.workdir) / f"rank{rank}.jsonl", "a") as events:
-            events.write(json.dumps(event) + "\n")
+        event = events.Fatal(rank, time.time(), os.getpid(), stage, backends.first_line(error), traceback_text())
+        with open(Path(group.workdir) / f"rank{rank}.jsonl", "a") as written:
+            written.write(events.to_line(event) + "\n")
 
     try:
         determinism.quiet_diffusers()
@@ -166,13 +169,14 @@ def main(argv: list[str] | None = None) -> int:
         backends.install_dispatch_counters()
         rank, world_size = init_distributed()
         worker = Worker(group, rank, world_size)
-        worker.emit("hello", pid=os.getpid(), node=int(os.environ.get(NODE_ENV, 0)), host=socket.gethostname())
+        worker.emit(events.Hello(rank, time.time(), os.getpid(), int(os.environ.get(NODE_ENV, 0)),
+                                 socket.gethostname()))
     except Exception as error:
         fatal("startup", error)
         raise
     try:
         worker.run()
-        worker.emit("done")
+        worker.emit(events.Done(rank, time.time()))
     except Exception as error:
         fatal("run", error)
         raise

@@ -19,6 +19,7 @@ import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 
+from harness.catalogue.attention import attention_classes
 from harness.rank.comms import CONTEXT
 
 ULYSSES_PER_CALL = 4  # q, k, v before the attention, its output after
@@ -35,14 +36,6 @@ class Expectation:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def attention_classes() -> tuple[type, ...]:
-    """What `enable_parallelism` treats as attention: it hands these modules' processors the CP config."""
-    from diffusers.models.attention import AttentionModuleMixin
-    from diffusers.models.attention_processor import Attention, MochiAttention
-
-    return Attention, MochiAttention, AttentionModuleMixin
 
 
 def _matches(key: str, names) -> list[str]:

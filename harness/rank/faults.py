@@ -293,7 +293,7 @@ def _cp_attention_left_out():
 
     from diffusers import ModelMixin
 
-    from harness.rank.comms_check import attention_classes
+    from harness.catalogue.attention import attention_classes
 
     original = ModelMixin.enable_parallelism
 

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from harness.core import events
+from harness.core.events import Fatal, Hello, Problem, RankError, Result, Start
 from harness.core.records import Case, CaseRecord, GroupSpec, Outcome
 from harness.run import procs
 from harness.run.launchers import Capacity, Local, node_env
@@ -41,16 +43,16 @@ class _Watch:
     pids: dict[int, int] = field(default_factory=dict)
     current: str | None = None
     started_at: float = field(default_factory=time.monotonic)
-    rank_errors: dict[str, dict] = field(default_factory=dict)
+    rank_errors: dict[str, dict[int, tuple[RankError, float]]] = field(default_factory=dict)  # and when seen
     dead_since: dict[int, float] = field(default_factory=dict)
     progress: tuple[float, float] | None = None  # (CPU seconds of all ranks, when they last grew by PROGRESS_CPU_S)
     ready_at: float | None = None  # when the first rank said hello: imports, init and rendezvous are done
-    fatal: dict[int, dict] = field(default_factory=dict)  # rank -> its failure outside any case (startup, cleanup)
+    fatal: dict[int, Fatal] = field(default_factory=dict)  # rank -> its failure outside any case (startup, cleanup)
     nodes: dict[int, int] = field(default_factory=dict)  # rank -> the node it runs on (0: this one)
     hosts: dict[int, str] = field(default_factory=dict)  # rank -> the host name it reported
     view: NodeView | None = None  # the other nodes of a launch that spans several
 
-    def poll(self) -> list[dict]:
+    def poll(self) -> list[Result]:
         """New result events from every rank; tracks pids, the case in flight and ranks' errors on the way."""
         results = []
         for rank in range(self.world_size):
@@ -63,23 +65,20 @@ class _Watch:
             complete = chunk[: chunk.rfind(b"\n") + 1]
             self.offsets[rank] = self.offsets.get(rank, 0) + len(complete)
             for line in complete.decode().splitlines():
-                results.extend(self._on(json.loads(line)))
+                results.extend(self._on(events.from_dict(json.loads(line))))
         return results
 
-    def _on(self, event: dict) -> list[dict]:
-        kind, case_id = event["event"], event.get("case_id")
-        if kind == "hello":
-            self.pids[event["rank"]] = event["pid"]
-            self.nodes[event["rank"]] = event.get("node", 0)
-            self.hosts[event["rank"]] = event.get("host", "?")
+    def _on(self, event: events.Event) -> list[Result]:
+        if isinstance(event, Hello):
+            self.pids[event.rank], self.nodes[event.rank], self.hosts[event.rank] = event.pid, event.node, event.host
             self.ready_at = self.ready_at or time.monotonic()
-        elif kind == "start" and event["rank"] == 0:
-            self.current, self.started_at = case_id, time.monotonic()
-        elif kind == "rank_error":
-            self.rank_errors.setdefault(case_id, {}).setdefault(event["rank"], {**event, "seen": time.monotonic()})
-        elif kind == "fatal":
-            self.fatal.setdefault(event["rank"], event)
-        elif kind == "result":
+        elif isinstance(event, Start) and event.rank == 0:
+            self.current, self.started_at = event.case_id, time.monotonic()
+        elif isinstance(event, RankError):
+            self.rank_errors.setdefault(event.case_id, {}).setdefault(event.rank, (event, time.monotonic()))
+        elif isinstance(event, Fatal):
+            self.fatal.setdefault(event.rank, event)
+        elif isinstance(event, Result):
             self.current = None
             return [event]
         return []
@@ -112,13 +111,13 @@ class _Watch:
         if not self.nodes.get(rank):
             return procs.alive(self.pids[rank])
         seen = self.view.rank(rank) if self.view else None
-        return seen is None or seen["alive"]  # not reported yet: its agent has not found it yet
+        return seen is None or seen.alive  # not reported yet: its agent has not found it yet
 
     def _cpu(self, rank: int) -> float | None:
         if not self.nodes.get(rank):
             return procs.cpu_seconds(self.pids[rank])
         seen = self.view.rank(rank) if self.view else None
-        return seen and seen["cpu"]
+        return seen.cpu if seen else None
 
     def name(self, rank: int) -> str:
         """`rank 3`, and on a launch over several nodes `rank 3 (node 1, host)`."""
@@ -126,9 +125,10 @@ class _Watch:
             return f"rank {rank}"
         return f"rank {rank} (node {self.nodes.get(rank, 0)}, {self.hosts.get(rank, '?')})"
 
-    def first_error(self, case_id: str) -> dict | None:
+    def first_error(self, case_id: str) -> tuple[RankError, float] | None:
+        """The first rank error of the case (by its rank's clock) and when the launcher saw it."""
         errors = self.rank_errors.get(case_id, {})
-        return min(errors.values(), key=lambda event: event["time"]) if errors else None
+        return min(errors.values(), key=lambda found: found[0].time) if errors else None
 
 
 @dataclass
@@ -222,54 +222,55 @@ class _Launch:
             time.sleep(POLL_S)
             problem = self._settled(problem)
             self._deliver(self.watch.poll())  # the last lines written before the problem
-            if problem in ("hung", "timeout"):
+            if problem.stuck:
                 self.stacks = rank_stacks(self.folder, self.watch)
             self._blame(problem, process.poll())  # before the kill, which would make every rank look dead
             procs.kill_tree(process)
             return
 
-    def _settled(self, problem: str) -> str:
+    def _settled(self, problem: Problem) -> Problem:
         """Over several nodes, a node's failure reaches node 0's ranks (and its torchrun) before that node's status
         file does: wait for the file before blaming a rank for what its agent did."""
         view = self.watch.view
-        if view is None or problem in ("hung", "timeout"):
+        if view is None or problem.stuck:
             return problem
         time.sleep(SETTLE_S)
         view.refresh()
-        return "agent_lost" if view.lost_agents() else problem
+        return Problem.AGENT_LOST if view.lost_agents() else problem
 
-    def _deliver(self, events: list[dict]) -> None:
+    def _deliver(self, results: list[Result]) -> None:
         dead = self.watch.dead_ranks()
-        for event in events:
-            if event.get("error") and dead:  # rank 0's "connection closed" is a symptom: name the rank that died
-                event = {**event, "error": f"{self.watch.name(dead[0])} died during the case; rank 0 saw: "
-                                           f"{event['error']}", "error_rank": None}
-            self.done.add(event["case_id"])
-            self.on_outcome(Outcome(self.by_id[event["case_id"]], CaseRecord.from_dict(event)))
+        for result in results:
+            record = result.record
+            if record.error and dead:  # rank 0's "connection closed" is a symptom: name the rank that died
+                record = replace(record, error=f"{self.watch.name(dead[0])} died during the case; rank 0 saw: "
+                                               f"{record.error}", error_rank=None)
+            self.done.add(record.case_id)
+            self.on_outcome(Outcome(self.by_id[record.case_id], record))
 
-    def _problem(self, process) -> str | None:
+    def _problem(self, process) -> Problem | None:
         watch = self.watch
         waited = time.monotonic() - watch.started_at
         if watch.view is not None:
             watch.view.refresh()
             if watch.view.lost_agents():
-                return "agent_lost"
+                return Problem.AGENT_LOST
             if watch.view.silent():
-                return "node_silent"
+                return Problem.NODE_SILENT
         if watch.dead_ranks():
-            return "rank_died"
+            return Problem.RANK_DIED
         if process.poll() is not None:
-            return "exited"
+            return Problem.EXITED
         if watch.current is None:
-            return "startup" if not watch.pids and waited > STARTUP_TIMEOUT_S else None
+            return Problem.STARTUP if not watch.pids and waited > STARTUP_TIMEOUT_S else None
         first = watch.first_error(watch.current)
-        if first is not None and time.monotonic() - first["seen"] > RANK_ERROR_GRACE_S:
-            return "rank_error"
+        if first is not None and time.monotonic() - first[1] > RANK_ERROR_GRACE_S:
+            return Problem.RANK_ERROR
         if watch.stalled_for() > STALL_S:
-            return "hung"
-        return "timeout" if waited > self.case_timeout else None
+            return Problem.HUNG
+        return Problem.TIMEOUT if waited > self.case_timeout else None
 
-    def _blame(self, problem: str, returncode) -> None:
+    def _blame(self, problem: Problem, returncode) -> None:
         """Give the case in flight its outcome; if the launch died before any case started, every case."""
         current = self.watch.current if self.watch.current in self.by_id else None
         victims = [current] if current else ([] if self.done else [cid for cid in self.by_id if cid not in self.done])
@@ -277,34 +278,34 @@ class _Launch:
             self.done.add(case_id)
             self.on_outcome(self._outcome(case_id, problem, returncode))
 
-    def _outcome(self, case_id: str, problem: str, returncode) -> Outcome:
+    def _outcome(self, case_id: str, problem: Problem, returncode) -> Outcome:
         case, waited = self.by_id[case_id], time.monotonic() - self.watch.started_at
         return Outcome(case, self._record(case_id, problem, returncode, waited))
 
-    def _record(self, case_id: str, problem: str, returncode, waited: float) -> CaseRecord:
-        error, dead, name = self.watch.first_error(case_id), self.watch.dead_ranks(), self.watch.name
-        if problem in ("agent_lost", "node_silent"):
-            error, node = self._node_lost(problem)
-            return CaseRecord(case_id, error=error, traceback=_tail(self.folder / f"torchrun-node{node}.log"))
-        fatal = min(self.watch.fatal.values(), key=lambda event: event["time"]) if self.watch.fatal else None
-        if fatal is not None and (not dead or dead[0] == fatal["rank"] or fatal["stage"] == "startup"):
+    def _record(self, case_id: str, problem: Problem, returncode, waited: float) -> CaseRecord:
+        first, dead, name = self.watch.first_error(case_id), self.watch.dead_ranks(), self.watch.name
+        error = first[0] if first else None
+        if problem in (Problem.AGENT_LOST, Problem.NODE_SILENT):
+            lost, node = self._node_lost(problem)
+            return CaseRecord(case_id, error=lost, traceback=_tail(self.folder / f"torchrun-node{node}.log"))
+        fatal = min(self.watch.fatal.values(), key=lambda event: event.time) if self.watch.fatal else None
+        if fatal is not None and (not dead or dead[0] == fatal.rank or fatal.stage == "startup"):
             # the rank's own traceback (an import, init or cleanup failure), not torchrun's summary of it; a
             # fatal on a rank that outlived the first dead one is a symptom, named below
-            return CaseRecord(case_id, error=f"failed at {fatal['stage']}: {fatal['message']}",
-                              error_rank=fatal["rank"], traceback=fatal.get("traceback", ""))
+            return CaseRecord(case_id, error=f"failed at {fatal.stage}: {fatal.message}", error_rank=fatal.rank,
+                              traceback=fatal.traceback)
         if dead:  # the others' errors ("connection closed") are symptoms: name the rank that died
-            seen = f"; rank {error['rank']} saw: {error['message']}" if error and error["rank"] != dead[0] else ""
+            seen = f"; rank {error.rank} saw: {error.message}" if error and error.rank != dead[0] else ""
             return CaseRecord(case_id, error=f"{name(dead[0])} died during the case (pid {self.watch.pids[dead[0]]})"
                                              f"{seen}", traceback=_tail(self.folder / "torchrun.log"))
         if error is not None:
-            return CaseRecord(case_id, error=error["message"], error_rank=error["rank"],
-                              traceback=error.get("traceback", ""))
+            return CaseRecord(case_id, error=error.message, error_rank=error.rank, traceback=error.traceback)
         where, stacks = stuck_where(self.stacks, name), "\n".join(f"--- {name(rank)} ---\n{text}"
                                                                    for rank, text in sorted(self.stacks.items()))
-        if problem == "timeout":
+        if problem is Problem.TIMEOUT:
             return CaseRecord(case_id, error=f"no result after {waited:.0f}s (case timeout){where}", timeout=True,
                               traceback=stacks)
-        if problem == "hung":
+        if problem is Problem.HUNG:
             return CaseRecord(case_id, error=f"hung: no rank used CPU time for {STALL_S:.0f}s (blocked or asleep), "
                                              f"{waited:.0f}s into the case{where}", timeout=True, traceback=stacks)
         missing = self.watch.view.missing() if self.watch.view else []
@@ -313,14 +314,14 @@ class _Launch:
         return CaseRecord(case_id, error=f"worker group ({problem}, exit code {returncode}) before reporting"
                                          f"{joined}: {_tail(self.folder / 'torchrun.log')}")
 
-    def _node_lost(self, problem: str) -> tuple[str, int]:
+    def _node_lost(self, problem: Problem) -> tuple[str, int]:
         """A whole node failed: its torchrun agent died while its ranks ran, or its harness agent went silent."""
         view = self.watch.view
         node = min(view.lost_agents() or view.silent())
         ranks = ", ".join(str(rank) for rank, where in sorted(self.watch.nodes.items()) if where == node)
         on_it = f"; its ranks {ranks} were stopped" if ranks else ""
-        if problem == "agent_lost":
-            code = view.status[node].get("agent_exit")
+        if problem is Problem.AGENT_LOST:
+            code = view.status[node].agent_exit
             how = f"signal {-code}" if isinstance(code, int) and code < 0 else f"exit code {code}"
             return f"node {node} ({view.host(node)}): its torchrun agent died ({how}) during the case{on_it}", node
         return (f"node {node} ({view.host(node)}) stopped reporting for {view.quiet[node]:.0f}s during the case (its "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.errors import HarnessError
+from harness.core.header import RunHeader
 from harness.core.results import CaseResult
 from harness.report import matrix
 from harness.report.idsets import describe
@@ -24,15 +25,19 @@ from harness.run.timing import time_breakdown
 @dataclass
 class Part:
     folder: Path
-    header: dict
+    header: RunHeader
     results: list[CaseResult]
 
     @property
+    def shard(self) -> dict:
+        return self.header.shard
+
+    @property
     def name(self) -> str:
-        return f"part {self.header['shard']['index']}/{self.header['shard']['count']} ({self.folder})"
+        return f"part {self.shard['index']}/{self.shard['count']} ({self.folder})"
 
 
-def merge_runs(folders: list[Path], out_dir: Path) -> tuple[list[CaseResult], dict]:
+def merge_runs(folders: list[Path], out_dir: Path) -> tuple[list[CaseResult], RunHeader]:
     """Read every part, check that together they hold each planned case exactly once, and write the merged reports
     to `out_dir`; nothing is written when a check fails (a HarnessError that names the parts and the cases)."""
     parts = [_read(Path(folder)) for folder in folders]
@@ -45,7 +50,7 @@ def merge_runs(folders: list[Path], out_dir: Path) -> tuple[list[CaseResult], di
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     _copy_images(parts, out_dir / "images")
-    write_reports(out_dir, results, header)
+    write_reports(out_dir, results, header.to_dict())
     return results, header
 
 
@@ -60,14 +65,14 @@ def _read(folder: Path) -> Part:
     if not isinstance(payload.get("header", {}).get("shard"), dict):
         raise HarnessError(f"{folder}: not a part of a sharded run (its results.json has no shard header); merge the "
                            "folders that `harness run --shard K/N` wrote")
-    return Part(folder, payload["header"], results)
+    return Part(folder, RunHeader.from_dict(payload["header"]), results)
 
 
 def _check_same_plan(parts: list[Part]) -> list[str]:
-    first = parts[0].header["shard"]
+    first = parts[0].shard
     seen: dict[int, Part] = {}
     for part in parts:
-        shard = part.header["shard"]
+        shard = part.shard
         if shard["count"] != first["count"] or shard["plan_digest"] != first["plan_digest"] \
                 or digest(shard["plan"]) != shard["plan_digest"]:
             raise HarnessError(f"{part.name} was cut from another plan than {parts[0].name}: run every part with the "
@@ -81,7 +86,7 @@ def _check_same_plan(parts: list[Part]) -> list[str]:
 
 def _check_each_case_once(parts: list[Part], plan: list[str]) -> dict[str, CaseResult]:
     """Every planned case in exactly one part, and no case the plan does not have."""
-    shard, found, owner, problems = parts[0].header["shard"], {}, {}, []
+    shard, found, owner, problems = parts[0].shard, {}, {}, []
     part_of = dict(zip(plan, shard["part"], strict=True))
     twice = []
     for part in parts:
@@ -94,7 +99,7 @@ def _check_each_case_once(parts: list[Part], plan: list[str]) -> dict[str, CaseR
     foreign = [case_id for case_id in found if case_id not in part_of]
     if foreign:
         problems.append(f"{len(foreign)} case(s) that the plan does not have: {describe(foreign)}")
-    given = {part.header["shard"]["index"]: part for part in parts}
+    given = {part.shard["index"]: part for part in parts}
     for index in range(1, shard["count"] + 1):
         lacking = [case_id for case_id in plan if part_of[case_id] == index and case_id not in found]
         if not lacking:
@@ -107,28 +112,22 @@ def _check_each_case_once(parts: list[Part], plan: list[str]) -> dict[str, CaseR
     return found
 
 
-def _header(parts: list[Part], results: list[CaseResult]) -> dict:
+def _header(parts: list[Part], results: list[CaseResult]) -> RunHeader:
     """The first part's environment and settings, this run's counts, and what each part took: the wall is the
     longest part's (the parts ran side by side), the time breakdown their sum (machine time)."""
     first = parts[0].header
-    settings = {**first.get("settings", {}), "shard": ""}
-    wall = max(part.header.get("wall_s", 0.0) for part in parts)
-    breakdowns = [part.header.get("time_breakdown") or {} for part in parts]
-    startups = sum(b.get("launch start-ups", 0.0) for b in breakdowns)
-    unmatched = [set(part.header.get("known_issues_unmatched", [])) for part in parts]
-    header = {key: first[key] for key in ("environment", "reference_environment", "version_mismatch", "limits")
-              if key in first}
-    header.update({
-        "counts": matrix.counts(results), "settings": settings,
-        "world_sizes": sorted({result.world_size for result in results}),
-        "started": min(part.header.get("started", "") for part in parts), "wall_s": wall,
-        "launches": sum(part.header.get("launches", 0) for part in parts),
-        "known_issues_unmatched": sorted(set.intersection(*unmatched)) if unmatched else [],
-        "merged_from": [{"folder": str(part.folder), "shard": f"{part.header['shard']['index']}/"
-                         f"{part.header['shard']['count']}", "cases": len(part.results),
-                         "wall_s": part.header.get("wall_s")} for part in parts],
-    })
-    header["time_breakdown"] = time_breakdown(results, startups, sum(p.header.get("wall_s", 0.0) for p in parts))
+    wall = max(part.header.wall_s for part in parts)
+    startups = sum(part.header.time_breakdown.get("launch start-ups", 0.0) for part in parts)
+    unmatched = [set(part.header.known_issues_unmatched) for part in parts]
+    header = RunHeader(first.environment, first.reference_environment, first.version_mismatch,
+                       matrix.counts(results), {**first.settings, "shard": ""}, first.limits,
+                       sorted({result.world_size for result in results}), min(part.header.started for part in parts),
+                       wall, sum(part.header.launches for part in parts),
+                       known_issues_unmatched=sorted(set.intersection(*unmatched)) if unmatched else [],
+                       merged_from=[{"folder": str(part.folder), "shard": f"{part.shard['index']}/"
+                                     f"{part.shard['count']}", "cases": len(part.results),
+                                     "wall_s": part.header.wall_s} for part in parts])
+    header.time_breakdown = time_breakdown(results, startups, sum(part.header.wall_s for part in parts))
     return header
 
 

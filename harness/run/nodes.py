@@ -22,9 +22,11 @@ import subprocess
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from harness.core import events
+from harness.core.events import EventType
 from harness.run import procs
 from harness.run.launchers import node_env
 from harness.run.procs import POLL_S
@@ -36,6 +38,42 @@ NODE_SILENT_S = 15.0  # a node whose status stops changing this long is gone (it
 JUDGE_SILENT_S = 30.0  # a run whose judge stops beating this long is over for the other nodes
 JOIN_WAIT_S = 900.0  # how long another node waits for node 0 to start a run (planning and capture come first)
 ACK_WAIT_S = 20.0  # how long node 0 waits for every node to say a launch is gone from it
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """`<launch>/launch.json`: node 0 asks nodes 1..nodes-1 to start their share of a launch."""
+
+    run_id: str
+    seq: int
+    nodes: int
+    world_size: int
+    rdzv_id: str
+
+
+@dataclass(frozen=True)
+class RankSeen:
+    alive: bool
+    cpu: float | None
+    pid: int
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """`<launch>/node<K>.json`: what node K's agent last saw of its ranks and its torchrun (`beat` counts up)."""
+
+    beat: int
+    host: str
+    agent_pid: int
+    ranks: dict[str, RankSeen]
+    agent_exit: int | None = None
+    agent_first: bool = False  # its torchrun died while its ranks still ran
+
+    @classmethod
+    def from_dict(cls, data: dict) -> NodeStatus:
+        ranks = {rank: RankSeen(**seen) for rank, seen in data.get("ranks", {}).items()}
+        return cls(data["beat"], data.get("host", "?"), data.get("agent_pid", 0), ranks, data.get("agent_exit"),
+                   data.get("agent_first", False))
 
 
 def _write(path: Path, data) -> None:
@@ -97,8 +135,7 @@ class SharedRun:
         """Ask nodes 1..nodes-1 to start their share of the launch in `folder`; the view watches them."""
         self.launches += 1
         rdzv_id = f"{self.run_id}-{self.launches}"
-        _write(folder / "launch.json", {"run_id": self.run_id, "seq": self.launches, "nodes": nodes,
-                                        "world_size": world_size, "rdzv_id": rdzv_id})
+        _write(folder / "launch.json", asdict(LaunchRequest(self.run_id, self.launches, nodes, world_size, rdzv_id)))
         return NodeView(folder, nodes, rdzv_id)
 
 
@@ -109,7 +146,7 @@ class NodeView:
     folder: Path
     nodes: int
     rdzv_id: str
-    status: dict[int, dict] = field(default_factory=dict)
+    status: dict[int, NodeStatus] = field(default_factory=dict)
     changes: _Changes = field(default_factory=_Changes)
     quiet: dict[int, float] = field(default_factory=dict)
 
@@ -118,13 +155,13 @@ class NodeView:
             path = self.folder / f"node{node}.json"
             found = _read(path)
             if found is not None:
-                self.status[node] = found
+                self.status[node] = NodeStatus.from_dict(found)
                 self.quiet[node] = self.changes.quiet_for(path, found.get("beat"))
 
-    def rank(self, rank: int) -> dict | None:
-        """{"alive": bool, "cpu": float | None} of a rank on another node, as its agent last saw it."""
+    def rank(self, rank: int) -> RankSeen | None:
+        """A rank on another node as its agent last saw it (None: not reported yet)."""
         for status in self.status.values():
-            found = status.get("ranks", {}).get(str(rank))
+            found = status.ranks.get(str(rank))
             if found is not None:
                 return found
         return None
@@ -136,12 +173,12 @@ class NodeView:
     def missing(self) -> list[int]:
         return [node for node in range(1, self.nodes) if node not in self.status]
 
-    def lost_agents(self) -> dict[int, dict]:
+    def lost_agents(self) -> dict[int, NodeStatus]:
         """Nodes whose torchrun died while its ranks still ran (killed, or crashed): the agent, not a rank, failed."""
-        return {node: status for node, status in self.status.items() if status.get("agent_first")}
+        return {node: status for node, status in self.status.items() if status.agent_first}
 
     def host(self, node: int) -> str:
-        return self.status.get(node, {}).get("host", "?")
+        return self.status[node].host if node in self.status else "?"
 
     def ask_stacks(self) -> None:
         _write(self.folder / "stacks.request", {"at": time.time()})
@@ -210,18 +247,18 @@ class NodeAgent:
     def _next_launch(self) -> Path | None:
         requests = []
         for path in self.workdir.glob("*/launch.json"):
-            request = _read(path)
-            if (request and request.get("run_id") == self.run_id and request["nodes"] > self.node
+            found = _read(path)
+            request = LaunchRequest(**found) if found else None
+            if (request and request.run_id == self.run_id and request.nodes > self.node
                     and path.parent.name not in self.done and not (path.parent / "ended").exists()):
-                requests.append((request["seq"], path.parent))
+                requests.append((request.seq, path.parent))
         return min(requests)[1] if requests else None
 
     def _follow(self, folder: Path) -> None:
         """One launch: start this node's torchrun, report until node 0 ends the launch, then leave nothing."""
         self.done.add(folder.name)
-        request = _read(folder / "launch.json")
-        command = self.launcher.command(request["world_size"], request["nodes"], folder / "group.json",
-                                        request["rdzv_id"])
+        request = LaunchRequest(**_read(folder / "launch.json"))
+        command = self.launcher.command(request.world_size, request.nodes, folder / "group.json", request.rdzv_id)
         with open(folder / f"torchrun-node{self.node}.log", "w") as log:
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=node_env(self.node),
                                        start_new_session=True, preexec_fn=procs.die_with_parent())
@@ -236,9 +273,9 @@ class NodeAgent:
 class _Reporter:
     """This node's status file for one launch, and what node 0 asks of it."""
 
-    def __init__(self, folder: Path, node: int, request: dict, process: subprocess.Popen):
-        self.folder, self.node, self.world_size, self.process = folder, node, request["world_size"], process
-        self.local_ranks = request["world_size"] // request["nodes"]
+    def __init__(self, folder: Path, node: int, request: LaunchRequest, process: subprocess.Popen):
+        self.folder, self.node, self.world_size, self.process = folder, node, request.world_size, process
+        self.local_ranks = request.world_size // request.nodes
         self.pids: dict[int, int] = {}
         self.agent_exit: int | None = None
         self.agent_first = False
@@ -278,17 +315,17 @@ class _Reporter:
             if rank in self.pids or not path.exists():
                 continue
             for line in path.read_text(errors="replace").splitlines():
-                event = _json(line)
-                if event and event.get("event") == "hello" and event.get("node") == self.node:
-                    self.pids[rank] = event["pid"]
+                data = _json(line)
+                if data and data.get("event") == EventType.HELLO:
+                    hello = events.from_dict(data)
+                    if hello.node == self.node:
+                        self.pids[rank] = hello.pid
 
     def _write(self) -> None:
         self.beat += 1
-        ranks = {str(rank): {"alive": procs.alive(pid), "cpu": procs.cpu_seconds(pid), "pid": pid}
-                 for rank, pid in self.pids.items()}
-        _write(self.folder / f"node{self.node}.json",
-               {"beat": self.beat, "host": socket.gethostname(), "agent_pid": os.getpid(), "ranks": ranks,
-                "agent_exit": self.agent_exit, "agent_first": self.agent_first})
+        ranks = {str(rank): RankSeen(procs.alive(pid), procs.cpu_seconds(pid), pid) for rank, pid in self.pids.items()}
+        status = NodeStatus(self.beat, socket.gethostname(), os.getpid(), ranks, self.agent_exit, self.agent_first)
+        _write(self.folder / f"node{self.node}.json", asdict(status))
 
 
 def _json(line: str):

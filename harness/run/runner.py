@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness.core import axes, environment
 from harness.core.errors import HarnessError
+from harness.core.header import RunHeader
 from harness.core.records import GroupSpec, Outcome
 from harness.core.reference import reference_path
 from harness.core.results import CaseResult, Status, write_results
@@ -34,7 +35,7 @@ PARTIAL = "results.partial.jsonl"
 @dataclass
 class RunSummary:
     results: list[CaseResult]
-    header: dict
+    header: RunHeader
     exit_code: int
 
 
@@ -53,10 +54,10 @@ def _capacity(settings: Settings):
 
 def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
         echo: Callable[[str], None] = print, capture_missing: bool = True, plan_s: float = 0.0,
-        localize_failures: bool = True) -> RunSummary:
+        localize_failures: bool = True, purpose: str = "") -> RunSummary:
     """Run the plan; `plan_s` is how long making it took (counted in the wall time, as a user waits for it).
     `localize_failures`: localize every FAIL (the selftest's deliberate FAILs need not be; `--localize` still does
-    every case)."""
+    every case). `purpose` says what the run is for in its header ("selftest": its FAILs are deliberate)."""
     started, clock = datetime.datetime.now().isoformat(timespec="seconds"), time.monotonic() - plan_s
     shard = shards.select(plan, settings.shard) if settings.shard else None
     plan = shard.plan if shard else plan
@@ -83,23 +84,23 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     localize_s = time.monotonic() - localizing
     results = [done.get(p.case.case_id) or not_run(p) for p in plan]
     header = _header(settings, versions, results, started, time.monotonic() - clock, stats.launches)
-    if shard is not None:
-        header["shard"] = shard.header
-    header["time_breakdown"] = timing.time_breakdown(results, stats.startup_s, header["wall_s"], localize_s, plan_s)
-    header["known_issues_unmatched"] = _unmatched(issues, results)
-    if settings.plan == "full" and header["known_issues_unmatched"]:  # the full plan is what the entries are for
-        echo(f"note: {len(header['known_issues_unmatched'])} known-issue entries matched no case of the full plan "
-             f"(remove or fix them): {'; '.join(header['known_issues_unmatched'])}")
+    header.shard = shard.header if shard is not None else None
+    header.time_breakdown = timing.time_breakdown(results, stats.startup_s, header.wall_s, localize_s, plan_s)
+    header.known_issues_unmatched = _unmatched(issues, results)
+    header.purpose = purpose
+    if settings.plan == "full" and header.known_issues_unmatched:  # the full plan is what the entries are for
+        echo(f"note: {len(header.known_issues_unmatched)} known-issue entries matched no case of the full plan "
+             f"(remove or fix them): {'; '.join(header.known_issues_unmatched)}")
     writing = time.monotonic()
-    write_reports(report_dir, results, header)
-    header["time_breakdown"]["reports"] = round(time.monotonic() - writing, 2)  # known once they are written
-    write_results(report_dir / "results.json", results, header)
+    write_reports(report_dir, results, header.to_dict())
+    header.time_breakdown["reports"] = round(time.monotonic() - writing, 2)  # known once they are written
+    write_results(report_dir / "results.json", results, header.to_dict())
     (report_dir / PARTIAL).unlink(missing_ok=True)
-    if header["version_mismatch"]:
-        echo(f"note: {header['version_mismatch']}")
+    if header.version_mismatch:
+        echo(f"note: {header.version_mismatch}")
     echo(matrix.terminal(results))
     echo(f"reports: {report_dir / 'index.html'}, {report_dir / 'matrix.csv'}, {report_dir / 'matrix.md'}")
-    echo(timing.time_line(header["time_breakdown"]))
+    echo(timing.time_line(header.time_breakdown))
     failed = any(r.status.is_failure(settings.xfail_strict) for r in results)
     unchecked = _no_parallel_ran(plan, results) and not settings.allow_no_parallel
     if unchecked:
@@ -286,15 +287,9 @@ def _unmatched(issues, results: list[CaseResult]) -> list[str]:
     return [f"{issue.key} {issue.match}" for issue in issues if issue.covers() and issue.key not in used]
 
 
-def _header(settings, versions, results, started, wall_s, launches) -> dict:
-    return {
-        **versions,
-        "counts": matrix.counts(results),
-        "settings": {key: value for key, value in settings.values.items()},
-        "limits": {kind: settings.option(f"{kind}_limits") for kind in settings.kinds
-                   if f"{kind}_limits" in settings.kind_values},
-        "world_sizes": sorted({r.world_size for r in results}),
-        "started": started,
-        "wall_s": round(wall_s, 2),
-        "launches": launches,
-    }
+def _header(settings, versions, results, started, wall_s, launches) -> RunHeader:
+    limits = {kind: settings.option(f"{kind}_limits") for kind in settings.kinds
+              if f"{kind}_limits" in settings.kind_values}
+    return RunHeader(versions["environment"], versions["reference_environment"], versions["version_mismatch"],
+                     matrix.counts(results), dict(settings.values), limits, sorted({r.world_size for r in results}),
+                     started, round(wall_s, 2), launches)

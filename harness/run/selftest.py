@@ -186,7 +186,7 @@ def localize_selftest(settings: Settings, echo: Callable[[str], None] = print) -
             if case.case_id not in seen:
                 seen.add(case.case_id)
                 plan.append(PlannedCase(case, skip_reason(case, limit)))
-    summary = runner.run(replace(settings, localize=True), plan, echo=echo)
+    summary = runner.run(replace(settings, localize=True), plan, echo=echo, purpose="selftest")
     by_id = {result.case_id: result for result in summary.results}
     echo("\nselftest --localize: a bug in one module must be named first")
     named = 0
@@ -226,7 +226,8 @@ def registry_control(settings: Settings) -> tuple[bool, str]:
 
 
 def selftest(settings: Settings, echo: Callable[[str], None] = print) -> int:
-    summary = runner.run(settings, control_plan(settings.cpu_max_ranks), echo=echo, localize_failures=False)
+    summary = runner.run(settings, control_plan(settings.cpu_max_ranks), echo=echo, localize_failures=False,
+                         purpose="selftest")
     by_id = {result.case_id: result for result in summary.results}
     echo("\nselftest: each deliberate bug must FAIL, and its clean twin must PASS")
     ok = True

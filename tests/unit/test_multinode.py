@@ -76,7 +76,7 @@ def test_two_nodes_match_one_host_and_name_a_hung_rank_and_a_lost_agent(project,
     assert lost.status is Status.ERROR
     assert re.fullmatch(r"node 1 \([^)]+\): its torchrun agent died \(signal 9\) during the case; its ranks \d, \d "
                         r"were stopped", lost.reason), lost.reason
-    assert two.header["launches"] == 2  # the hang ended the first launch; the kill the second
+    assert two.header.launches == 2  # the hang ended the first launch; the kill the second
 
 
 def test_another_node_follows_only_a_run_whose_judge_beats_and_stops_with_it(tmp_path, monkeypatch):

@@ -51,7 +51,7 @@ def test_deliberate_bug_fails_and_clean_twin_passes(control_results, control):
 
 def test_controls_ran_in_one_launch_per_world_size(control_results):
     _, summary = control_results
-    assert summary.header["launches"] == len(summary.header["world_sizes"]) == 3  # 1, 2 and 4 ranks
+    assert summary.header.launches == len(summary.header.world_sizes) == 3  # 1, 2 and 4 ranks
     assert summary.exit_code == 1  # FAIL cases make `harness run` exit non-zero
 
 

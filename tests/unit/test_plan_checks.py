@@ -18,9 +18,9 @@ import diffusers  # noqa: E402
 from diffusers.models._modeling_parallel import ContextParallelInput, ContextParallelOutput  # noqa: E402
 
 from harness import cli  # noqa: E402
+from harness.catalogue import checks as plan_checks
 from harness.catalogue.zoo import SPECS  # noqa: E402
 from harness.catalogue.zoo.discover import parallel_classes  # noqa: E402
-from harness.run import plan_checks
 
 Flux = diffusers.FluxTransformer2DModel
 

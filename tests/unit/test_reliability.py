@@ -79,7 +79,7 @@ def test_a_hang_a_raise_and_a_kill_each_cost_only_their_own_case(project, settin
     clean = [case.case_id for case in FAULT_PLAN if case.fault is None]
     assert {cid: results[cid].status for cid in clean} == dict.fromkeys(clean, Status.PASS), \
         {cid: results[cid].reason for cid in clean}
-    assert summary.header["launches"] == 4  # the first launch, and one more after each fault
+    assert summary.header.launches == 4  # the first launch, and one more after each fault
     assert _launched_first(project / "reports") == [FAULT_PLAN[i].case_id for i in (0, 2, 4, 6)]
 
     assert results[HANG].status is Status.TIMEOUT

@@ -1,0 +1,28 @@
+"""The rank events are typed both ways: what the worker writes is what the launcher reads, and a line of another
+kind or with fields nobody writes is an error, not something skipped."""
+
+import json
+
+import pytest
+
+from harness.core import events
+from harness.core.records import CaseRecord
+
+
+@pytest.mark.parametrize("event", [
+    events.Hello(1, 12.5, 4242, node=1, host="h"), events.Start(0, 1.0, "flux/single/native/fp32/tensor"),
+    events.RankError(1, 2.0, "x", "RuntimeError: boom", "tb"), events.Fatal(3, 4.0, 99, "startup", "ImportError"),
+    events.Result(0, 5.0, CaseRecord("x", seconds=0.5, dispatched={"native": 2})), events.Done(2, 6.0)])
+def test_an_event_reads_back_as_written(event):
+    assert events.from_dict(json.loads(events.to_line(event))) == event
+
+
+def test_an_unknown_event_or_field_is_refused():
+    with pytest.raises(ValueError):
+        events.from_dict({"event": "goodbye", "rank": 0, "time": 1.0})
+    with pytest.raises(ValueError, match="unknown fields"):
+        events.from_dict({"event": "start", "rank": 0, "time": 1.0, "case_id": "x", "extra": 1})
+
+
+def test_only_a_stuck_group_is_asked_for_its_stacks():
+    assert {problem for problem in events.Problem if problem.stuck} == {events.Problem.HUNG, events.Problem.TIMEOUT}
