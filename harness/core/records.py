@@ -139,3 +139,38 @@ class Outcome:
 
     case: Case
     record: CaseRecord
+
+
+@dataclass
+class ModuleTrace:
+    """Each module's error in execution order (forward, or backward order for gradients), the first above its limit,
+    the line that names it, and the modules that could not be compared (harness.rank.localize)."""
+
+    modules: list[dict[str, Any]]  # module, error, limit, how (and dtype_error, input_error where measured)
+    first: int | None
+    line: str | None
+    uncompared: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Localization:
+    """Where a case breaks: its forward trace, its backward's (train), the one-line summary, and why the backward
+    could not be traced where it could not."""
+
+    forward: ModuleTrace
+    backward: ModuleTrace | None = None
+    summary: str = ""
+    untraced: str | None = None
+
+    def to_dict(self) -> dict:
+        """The forward's fields at the top (as the page reads them), the backward's under `backward`."""
+        return {**asdict(self.forward), "backward": asdict(self.backward) if self.backward else None,
+                "summary": self.summary, "backward_untraced": self.untraced}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Localization:
+        names = {f.name for f in fields(ModuleTrace)}
+        backward = data.get("backward")
+        return cls(ModuleTrace(**{key: data[key] for key in names if key in data}),
+                   ModuleTrace(**{key: backward[key] for key in names if key in backward}) if backward else None,
+                   data.get("summary", ""), data.get("backward_untraced"))

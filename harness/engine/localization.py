@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.core.layouts import Layout
-from harness.core.records import Case
+from harness.core.records import Case, Localization
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
 from harness.rank import backends, faults, localize, training
 
 
-def localize_case(context: RankContext, case: Case, rank: int, world_size: int) -> dict | None:
+def localize_case(context: RankContext, case: Case, rank: int, world_size: int) -> Localization | None:
     """Every rank traces the case under its layout; rank 0 traces it on one device and returns what it found (None
     on the other ranks)."""
     reference, kind = context.reference(case), kind_of(case.kind)
@@ -34,15 +34,12 @@ def localize_case(context: RankContext, case: Case, rank: int, world_size: int) 
                         if name.endswith(".weight") and dim == side} for side in (0, 1))
     lengths = kind.split_lengths(case) if case.layout.is_context_parallel else None
     streams = tuple((lengths or {}).values())
-    found = localize.localize(gathered, single, own, outputs, streams, data_parallel=case.layout.dp)
+    forward = localize.localize(gathered, single, own, outputs, streams, data_parallel=case.layout.dp)
+    backward = None
     if gathered_grads is not None:  # backward order: the first module whose backward hands on a wrong gradient
-        found["backward"] = localize.localize(gathered_grads, single_grads, own_grads, inputs, streams,
-                                              gradients=True, data_parallel=case.layout.dp,
-                                              called={name for name, _, _ in single})
-    found["summary"] = localize.summary(found)
-    if untraced is not None:
-        found["backward_untraced"] = untraced
-    return found
+        backward = localize.localize(gathered_grads, single_grads, own_grads, inputs, streams, gradients=True,
+                                     data_parallel=case.layout.dp, called={name for name, _, _ in single})
+    return Localization(forward, backward, localize.summary(forward, backward), untraced)
 
 
 def _trace(built, scale: float) -> tuple[list, list | None, str | None]:

@@ -96,7 +96,7 @@ class Worker:
                                        traceback=failed[1]["traceback"]))
             else:
                 self.report(CaseRecord(case.case_id, seconds=time.perf_counter() - started,
-                                       metrics={"localization": found}))
+                                       metrics={"localization": found.to_dict()}))
 
     def rank_differences(self, mine: torch.Tensor | None, gathered: list[dict]) -> list[float | None]:
         """Every rank's output against rank 0's (max abs difference; None for a different shape). In diffusers every

@@ -19,6 +19,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from harness.core.records import ModuleTrace
+
 # Relative to the largest value of the single-device module output. fp32: a clean flux tp2 measures at most 5.6e-7,
 # and the whole quick plan under --localize names no module at 1e-4 (README, "Where it breaks"); low precision: the
 # same dtype on one device sets the scale.
@@ -198,7 +200,7 @@ def relative_error(candidate: torch.Tensor, expected: torch.Tensor) -> float:
 
 def localize(ranks: list[list], single: list, same_dtype: list | None, packed_outputs: dict[str, tuple],
              streams: tuple[int, ...] = (), gradients: bool = False, data_parallel: int = 1,
-             called: set[str] | None = None) -> dict:
+             called: set[str] | None = None) -> ModuleTrace:
     """Each module's error in the single-device execution order, and the first one above its limit: fp32 (no
     `same_dtype`) a fixed limit; low precision `LOW_PRECISION_FACTOR` x the same dtype's own error on one device,
     above a floor. When the first diverging module's input diverges already, the divergence arose in the module
@@ -217,20 +219,20 @@ def localize(ranks: list[list], single: list, same_dtype: list | None, packed_ou
             first = len(rows) - 1
     called = (called or set()) | {row["module"] for row in rows}
     uncompared = [row["module"] for row in rows if row.get("error") is None]
-    return {"modules": rows, "first": first, "line": _line(rows, first, called), "uncompared": uncompared}
+    return ModuleTrace(rows, first, _line(rows, first, called), uncompared)
 
 
-def summary(found: dict) -> str:
+def summary(forward: ModuleTrace, backward: ModuleTrace | None = None) -> str:
     """The first divergence in one line, forward first, then backward (`backward: ...`); never "none" when modules
     could not be compared: how many and which."""
-    parts = [("", found)] + ([("backward: ", found["backward"])] if found.get("backward") else [])
+    parts = [("", forward)] + ([("backward: ", backward)] if backward else [])
     for prefix, part in parts:
-        if part["line"] is not None:
-            return prefix + part["line"] + _uncompared(part)
-    total = sum(len(part["modules"]) for _, part in parts)
-    missed = [(prefix, name) for prefix, part in parts for name in part["uncompared"]]
+        if part.line is not None:
+            return prefix + part.line + _uncompared(part)
+    total = sum(len(part.modules) for _, part in parts)
+    missed = [(prefix, name) for prefix, part in parts for name in part.uncompared]
     if total and len(missed) == total:
-        why = next(row["how"] for _, part in parts for row in part["modules"])
+        why = next(row["how"] for _, part in parts for row in part.modules)
         return f"not localized: none of the {total} module outputs could be compared ({why})"
     if missed:
         shown = ", ".join(prefix + name for prefix, name in missed[:3])
@@ -240,10 +242,9 @@ def summary(found: dict) -> str:
     return "none: every module within its limit"
 
 
-def _uncompared(part: dict) -> str:
+def _uncompared(part: ModuleTrace) -> str:
     """How many modules before the first divergence could not be compared (one of them may be where it began)."""
-    first = part["first"]
-    before = [row["module"] for row in part["modules"][:first] if row.get("error") is None]
+    before = [row["module"] for row in part.modules[:part.first] if row.get("error") is None]
     return f" ({len(before)} earlier module outputs not compared, e.g. {before[0]})" if before else ""
 
 

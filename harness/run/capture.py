@@ -9,7 +9,7 @@ from harness.catalogue.zoo import get_spec
 from harness.core import determinism
 from harness.core.errors import HarnessError
 from harness.core.reference import read_meta, read_reference, reference_path
-from harness.kinds import kind_of
+from harness.kinds import KINDS, kind_of
 
 
 def reference_targets(models, kinds, shapes=None, weights_dir=None,
@@ -31,12 +31,13 @@ def reference_targets(models, kinds, shapes=None, weights_dir=None,
             for shape, folder in kind_of(kind).shapes(specs[name], wanted, weights_dir)]
 
 
-def capture_all(models, root: Path, force: bool = False, kinds=("tensor", "image"), weights_dir=None,
+def capture_all(models, root: Path, force: bool = False, kinds=None, weights_dir=None,
                 echo: Callable[[str], None] = print, shapes=None, settings=None) -> list[Path]:
     """Every reference of `models` x `kinds` (each kind's own models and options when `settings` is given)."""
     determinism.quiet_diffusers()
     paths = []
     scopes = settings.scopes if settings is not None else None
+    kinds = list(KINDS) if kinds is None else kinds
     for kind, model, shape, folder in reference_targets(models, kinds, shapes, weights_dir, scopes):
         options = kind_of(kind).capture_options(settings) if settings is not None else {}
         path, written = kind_of(kind).capture(model, shape, root, force, folder, **options)

@@ -125,6 +125,9 @@ class Slurm(Torchrun):
                 f'--node-rank "$SLURM_NODEID" --rdzv-endpoint "{endpoint}"')
 
 
+LAUNCHERS = {"local": Local, "torchrun": Torchrun, "slurm": Slurm}  # the `launcher` option's values
+
+
 def launcher_from(settings) -> Local:
     """The launcher the options ask for; a combination that cannot work is an error naming the option to fix."""
     name, nnodes, node_rank = settings.launcher, settings.nnodes, settings.node_rank

@@ -99,7 +99,7 @@ def predicted_refusal(case: Case) -> Refusal | None:
                    tuple(texts))
 
 
-def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_ranks: int = 4,
+def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_ranks: int | None = None,
                fault: str | None = None, kinds=("tensor",), weights_dir=None,
                check_refusals: bool = False, scopes: dict | None = None,
                capacity: Capacity | None = None, more: dict[str, list] | None = None) -> list[PlannedCase]:
@@ -131,6 +131,10 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
     unknown_kinds = set(kinds) - set(KINDS)
     if unknown_kinds:
         raise HarnessError(f"unknown kind(s) {sorted(unknown_kinds)}; valid kinds: {', '.join(KINDS)}")
+    if cpu_max_ranks is None:
+        from harness.run.settings import OPTIONS
+
+        cpu_max_ranks = OPTIONS["cpu_max_ranks"].default
     limit = capacity or max_ranks(cpu_max_ranks)
     registry = backend_info.registry_problems()  # checked against the catalogue once per plan
     crossed = {"backend": list(backends), "dtype": list(dtypes), **(more or {})}

@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.core import axes, environment
 from harness.core.errors import HarnessError
 from harness.core.header import RunHeader
-from harness.core.records import GroupSpec, Outcome
+from harness.core.records import GroupSpec, Localization, Outcome
 from harness.core.reference import reference_path
 from harness.core.results import CaseResult, Status, write_results
 from harness.report import matrix
@@ -141,11 +141,9 @@ def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo)
             result.extra["localization_error"] = record.error or "no result"
             result.first_divergence = f"not localized: {record.error or 'no result'}"
         else:
-            found = record.metrics["localization"]
-            result.extra["localization"] = found
-            result.first_divergence = found["summary"]
-            if found.get("backward_untraced"):
-                result.first_divergence += f" ({found['backward_untraced']})"
+            found = Localization.from_dict(record.metrics["localization"])
+            result.extra["localization"] = found.to_dict()
+            result.first_divergence = found.summary + (f" ({found.untraced})" if found.untraced else "")
         echo(f"  {result.case_id}: {result.first_divergence}")
 
     for members in group_by_world_size(replace(case, localize=True) for case in cases).values():

@@ -19,6 +19,7 @@ from harness.core.layouts import DEFAULT_LAYOUTS, FULL_LAYOUTS
 from harness.core.options import DTYPE_KEYS, Option
 from harness.kinds import KINDS
 from harness.report.images import POLICIES
+from harness.run.launchers import LAUNCHERS
 
 
 def _option(default: Any, help: str, is_list: bool = False, choices: tuple[str, ...] = ()):
@@ -66,7 +67,7 @@ class Settings:
                           choices=POLICIES)
     launcher: str = _option("local", "How ranks start: local (torchrun on this host), torchrun (multi-node c10d "
                                      "rendezvous; run the same command on every node) or slurm (srun, or an sbatch "
-                                     "script with --slurm-script).", choices=("local", "torchrun", "slurm"))
+                                     "script with --slurm-script).", choices=tuple(LAUNCHERS))
     nnodes: int = _option(1, "Nodes a torchrun or slurm launch spans; a world size that divides by it spreads over "
                              "all of them.")
     node_rank: int = _option(0, "This node's number under --launcher torchrun: 0 plans, judges and writes reports; "

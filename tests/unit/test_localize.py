@@ -39,23 +39,23 @@ def test_the_first_module_above_its_limit_is_named_with_the_one_before():
     single = [("a", good, None), ("b.inner", good, good), ("b", good, good), ("c", good, good)]
     ranks = [[("a", good, None), ("b.inner", good, good), ("b", bad, good), ("c", bad, bad)]] * 2
     found = localize.localize(ranks, single, None, {})
-    assert found["first"] == 2 and found["line"] == "b: rel err 5.0e-01 > 1.0e-04 (previous 0.0e+00)"
+    assert found.first == 2 and found.line == "b: rel err 5.0e-01 > 1.0e-04 (previous 0.0e+00)"
 
 
 def test_a_divergence_between_children_is_said_of_the_module_around_them():
     good, bad = torch.ones(1, 4, 2), torch.ones(1, 4, 2) * 2
     single = [("attn.to_q", good, good), ("attn.to_out.0", good, good), ("attn", good, good)]
     ranks = [[("attn.to_q", good, good), ("attn.to_out.0", bad, bad), ("attn", bad, good)]]
-    assert localize.localize(ranks, single, None, {})["line"].startswith("attn (first seen at its to_out.0):")
+    assert localize.localize(ranks, single, None, {}).line.startswith("attn (first seen at its to_out.0):")
 
 
 def test_low_precision_is_measured_against_its_own_dtype_on_one_device():
     expected, noisy = torch.ones(1, 4, 2), torch.ones(1, 4, 2) * 1.01
     single = [("a", expected, None)]
     own = [("a", noisy, None)]  # the dtype alone is 1% off here
-    assert localize.localize([[("a", noisy, None)]], single, own, {})["first"] is None
-    assert localize.localize([[("a", expected * 1.2, None)]], single, own, {})["first"] == 0
-    assert localize.localize([[("a", noisy, None)]], single, None, {})["first"] == 0  # fp32 would call it broken
+    assert localize.localize([[("a", noisy, None)]], single, own, {}).first is None
+    assert localize.localize([[("a", expected * 1.2, None)]], single, own, {}).first == 0
+    assert localize.localize([[("a", noisy, None)]], single, None, {}).first == 0  # fp32 would call it broken
 
 
 def test_data_parallel_samples_and_context_parallel_sequences_are_both_gathered():
@@ -68,9 +68,9 @@ def test_data_parallel_samples_and_context_parallel_sequences_are_both_gathered(
     wrong = [piece * 1.1 for piece in pieces]
     ranks = [[("a", piece, None), ("b", bad, None)] for piece, bad in zip(pieces, wrong, strict=True)]
     found = localize.localize(ranks, single, None, {}, data_parallel=2)
-    assert found["modules"][0]["error"] == 0.0 and "data-parallel groups" in found["modules"][0]["how"]
-    assert found["line"].startswith("b: rel err") and found["uncompared"] == []
-    assert localize.localize(ranks, single, None, {})["uncompared"] == ["a", "b"]  # without the groups: nothing
+    assert found.modules[0]["error"] == 0.0 and "data-parallel groups" in found.modules[0]["how"]
+    assert found.line.startswith("b: rel err") and found.uncompared == []
+    assert localize.localize(ranks, single, None, {}).uncompared == ["a", "b"]  # without the groups: nothing
 
 
 def test_modules_that_could_not_be_compared_are_never_none():
@@ -93,11 +93,11 @@ def test_a_wrong_attention_backward_is_said_of_the_attention():
     good, bad = torch.ones(1, 4, 2), torch.ones(1, 4, 2) * 1.01
     single = [("attn.to_out.0", good, good), ("attn.norm_q", good, good), ("attn.to_q", good, good)]
     ranks = [[("attn.to_out.0", good, good), ("attn.norm_q", bad, bad), ("attn.to_q", bad, bad)]]
-    assert localize.localize(ranks, single, None, {}, gradients=True)["line"].startswith("attn.norm_q:")
+    assert localize.localize(ranks, single, None, {}, gradients=True).line.startswith("attn.norm_q:")
     named = localize.localize(ranks, single, None, {}, gradients=True, called={"attn", "attn.norm_q"})
-    assert named["line"].startswith("attn (first seen at its norm_q):")
-    assert localize.summary({**localize.localize([[("x", good, None)]], [("x", good, None)], None, {}),
-                             "backward": named}).startswith("backward: attn (first seen at its norm_q)")
+    assert named.line.startswith("attn (first seen at its norm_q):")
+    clean = localize.localize([[("x", good, None)]], [("x", good, None)], None, {})
+    assert localize.summary(clean, named).startswith("backward: attn (first seen at its norm_q)")
 
 
 def test_what_every_data_parallel_group_holds_alike_is_one_groups():
@@ -106,7 +106,7 @@ def test_what_every_data_parallel_group_holds_alike_is_one_groups():
     pieces = [rope[:, :3], rope[:, 3:]] * 2
     found = localize.localize([[("rope", piece, None)] for piece in pieces], [("rope", rope, None)], None, {},
                               data_parallel=2)
-    assert found["uncompared"] == [] and found["modules"][0]["error"] == 0.0
+    assert found.uncompared == [] and found.modules[0]["error"] == 0.0
 
 
 def test_a_first_dimension_that_merely_divides_is_not_taken_for_samples():
@@ -116,4 +116,4 @@ def test_a_first_dimension_that_merely_divides_is_not_taken_for_samples():
     pieces = [freqs[:4], freqs[4:]] * 2
     found = localize.localize([[("pos_embed", piece, None)] for piece in pieces], [("pos_embed", freqs, None)],
                               None, {}, data_parallel=2)
-    assert found["modules"][0]["error"] == 0.0 and found["line"] is None
+    assert found.modules[0]["error"] == 0.0 and found.line is None
