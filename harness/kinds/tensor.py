@@ -75,7 +75,7 @@ class TensorKind(Kind):
         from harness.core.reference import reference_meta, reference_path, write_reference
 
         spec = get_spec(model)
-        path = reference_path(root, spec.name, shape)
+        path = reference_path(root, spec.name, shape, self.name)
         if path.exists() and not force:
             return path, False
         determinism.strict_fp32()
