@@ -6,12 +6,15 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import textwrap
 import time
 from pathlib import Path
 
-from harness.core.errors import HarnessError
+from harness.core.errors import HarnessError, process_age_s
 from harness.rank.faults import FAULTS
 from harness.run.settings import OPTIONS, RUN_OPTIONS, load_settings, split_list
+
+IMPORTED = time.monotonic()  # where the wall starts where the process's own start cannot be read
 
 
 def add_options(parser: argparse.ArgumentParser, names, in_force: dict) -> None:
@@ -19,7 +22,7 @@ def add_options(parser: argparse.ArgumentParser, names, in_force: dict) -> None:
         option = OPTIONS[name]
         flag, value = f"--{name.replace('_', '-')}", in_force.get(name, option.default)
         origin = "" if value == option.default else " (from pyproject.toml)"
-        text = f"{option.help} [tool.harness] {name}; default here: {_show(value)}{origin}."
+        text = f"{option.help} {option.where()}; default here: {_show(value)}{origin}."
         if isinstance(option.default, bool):
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=text)
             continue
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"harness: error: {error}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt as interrupt:
-        print("harness: interrupted; finished cases are kept (rerun with --resume)", file=sys.stderr)
+        print("harness: interrupted", file=sys.stderr)
         return 128 + interrupt.args[0] if isinstance(interrupt, Terminated) else 130
     finally:
         for signum, handler in previous.items():
@@ -128,9 +131,11 @@ def cmd_run(args) -> int:
         return _hand_off(launcher, command, settings, _forwarded(args))
     if launcher.node_rank > 0:  # this node only runs ranks: node 0 plans, judges and reports
         return NodeAgent(settings.path("report_dir") / WORKDIR, launcher).run()
-    planning = time.monotonic()
     plan = runner.plan_from(settings, args.inject_fault)
-    summary = runner.run(settings, plan, resume=args.resume, plan_s=time.monotonic() - planning)
+    # The wall a user waits counts from the process's start: the interpreter and the imports too.
+    started = process_age_s()
+    summary = runner.run(settings, plan, resume=args.resume,
+                         plan_s=started if started is not None else time.monotonic() - IMPORTED)
     return summary.exit_code
 
 
@@ -219,8 +224,13 @@ def cmd_backends(args) -> int:
     columns = ["backend", "context_parallel", "fp32", "bf16", "kernels_checked", "reason"]
     cells = [[str(row[c]).replace("RuntimeError: ", "") for c in columns] for row in rows]
     widths = [max(len(c), *(len(line[i]) for line in cells)) for i, c in enumerate(columns[:-1])]
-    for line in [columns, *cells]:
-        print("  ".join(value.ljust(width) for value, width in zip(line, widths, strict=False)) + "  " + line[-1])
+    indent = sum(widths) + 2 * len(widths)
+    for line in [columns, *cells]:  # the reason wraps under itself, so every line fits in 120 columns
+        lead = "  ".join(value.ljust(width) for value, width in zip(line, widths, strict=False)) + "  "
+        wrapped = textwrap.wrap(line[-1], max(120 - indent, 30)) or [""]
+        print(lead + wrapped[0])
+        for more in wrapped[1:]:
+            print(" " * indent + more)
     usable = sum(row["fp32"] == "usable" or row["bf16"] == "usable" for row in rows)
     print(f"\n{usable} of {len(rows)} backends usable on {backends.default_device().type}")
     problems = backends.registry_problems()

@@ -16,7 +16,7 @@ def pytest_addoption(parser):
     group.addoption("--ref-force", action="store_true", help="With --ref: replace existing references too.")
     for name in RUN_OPTIONS:
         group.addoption(f"--harness-{name.replace('_', '-')}", dest=f"harness_{name}", default=None,
-                        help=f"{OPTIONS[name].help} Same as [tool.harness] {name}.")
+                        help=f"{OPTIONS[name].help} Same as {OPTIONS[name].where()}.")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -59,9 +59,19 @@ def pytest_generate_tests(metafunc):
 
 
 def pytest_collection_modifyitems(config, items):
+    """Parity items get their marker. Reference items exist only under `--ref`, parity items only without it (the
+    other would be one empty-parameter SKIP on every run), so each is deselected where it has no cases."""
+    capturing = config.getoption("ref")
+    kept, dropped = [], []
     for item in items:
-        if "parity_case" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "parity_case" in names:
             item.add_marker(pytest.mark.parity)
+        idle = ("reference_target" in names and not capturing) or ("parity_case" in names and capturing)
+        (dropped if idle else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 SELECTED = pytest.StashKey[list]()
@@ -114,15 +124,34 @@ def pytest_runtest_makereport(item, call):
         report.wasxfail = result.reason
 
 
+CAPTURED = pytest.StashKey[dict]()
+
+
 @pytest.fixture
 def captured_reference(request, reference_target):
-    """Captures one reference (kept if present, unless --ref-force); returns (path, written)."""
+    """Captures one reference (kept if present, unless --ref-force; kept too when a forced recapture reproduces it);
+    returns (path, written). What each item did is summed up at the end of the session."""
     from harness.kinds import kind_of
 
     kind, model, shape, weights_dir = reference_target
     settings = settings_from(request.config)
     root, force = settings.path("references"), request.config.getoption("ref_force")
-    return kind_of(kind).capture(model, shape, root, force, weights_dir, **kind_of(kind).capture_options(settings))
+    path, written = kind_of(kind).capture(model, shape, root, force, weights_dir,
+                                          **kind_of(kind).capture_options(settings))
+    how = "captured" if written else ("kept: the recapture reproduces it" if force else "kept: present")
+    request.config.stash.setdefault(CAPTURED, {})[str(path)] = how
+    return path, written
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """`pytest --ref`: each reference, and whether it was captured or kept (and why)."""
+    done = config.stash.get(CAPTURED, {})
+    if not done:
+        return
+    terminalreporter.section("references")
+    for how in sorted(set(done.values())):
+        paths = sorted(path for path, said in done.items() if said == how)
+        terminalreporter.write_line(f"{how} ({len(paths)}): {', '.join(paths)}")
 
 
 def check_reference(captured) -> None:

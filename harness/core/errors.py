@@ -25,3 +25,17 @@ def traceback_text(limit: int = 4000) -> str:
     omitted = sum(1 for start in frame_starts if start < kept)
     note = [f"  ... {omitted} outer frame(s) omitted ...\n"] if omitted else []
     return "".join(head + note + (lines[kept:] if kept < frame_starts[-1] else tail))
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: from /proc, so interpreter start-up and imports count), else None."""
+    import os
+
+    try:
+        with open("/proc/self/stat") as stat:
+            started = int(stat.read().rpartition(")")[2].split()[19])  # field 22: start time in clock ticks
+        with open("/proc/uptime") as uptime:
+            since_boot = float(uptime.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(since_boot - started / os.sysconf("SC_CLK_TCK"), 0.0)

@@ -144,7 +144,10 @@ class TrainKind(Kind):
                               **{"class": spec.class_name, "seed": spec.seed,
                                  "train": {"steps": steps, "recipe": training.RECIPE, "batched": list(batch.batched)}})
         inputs = {**batch.conditions, "hidden_states": batch.latents}
-        return path, write_reference(path, seed_weights, inputs, ran["losses"], meta, force=force, extras=extras)
+        # The weights after K AdamW steps reproduce within 9e-6 between two captures (AdamW turns the noise of a
+        # near-zero gradient into a step of up to the learning rate): a recapture within 1e-4 keeps the file.
+        return path, write_reference(path, seed_weights, inputs, ran["losses"], meta, force=force, extras=extras,
+                                     loose={_FINAL: 1e-4})
 
     def build(self, case, reference, device) -> Built:
         import torch

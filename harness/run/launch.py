@@ -25,6 +25,7 @@ from harness.run.stacks import rank_stacks, stuck_where
 
 RANK_ERROR_GRACE_S = 5.0  # a rank's error, then no result: the other ranks are stuck in a collective
 STARTUP_TIMEOUT_S = 180.0  # imports, gloo/NCCL init and rendezvous
+JOIN_NAG_S = 30.0  # after this long without another node's ranks, the run says which node it waits for
 # A hang is a group that stops computing: no rank uses PROGRESS_CPU_S of CPU time in STALL_S. A slow or busy machine
 # still gives every runnable rank CPU time, so this does not depend on machine speed; ranks blocked in a collective
 # or asleep use none (measured: a hung 2-rank gloo group, 0.01 s in 4 s). `--case-timeout` stays the outer bound
@@ -155,15 +156,17 @@ class Nodes:
 
 
 def run_group(cases: list[Case], group: GroupSpec, workdir: Path, case_timeout: float,
-              on_outcome: Callable[[Outcome], None], nodes: Nodes | None = None) -> GroupStats:
-    """Run every case of one world size, relaunching after a hang or crash until each has an outcome."""
+              on_outcome: Callable[[Outcome], None], nodes: Nodes | None = None,
+              echo: Callable[[str], None] | None = None) -> GroupStats:
+    """Run every case of one world size, relaunching after a hang or crash until each has an outcome; `echo` hears
+    when a launch's ranks are up (imports, init and rendezvous take seconds, tens of them on a busy machine)."""
     remaining, stats = list(cases), GroupStats()
     while remaining:
         stats.launches += 1
         folder = workdir / f"ws{remaining[0].world_size}-{stats.launches}"
         folder.mkdir(parents=True, exist_ok=True)
         spec = replace(group, workdir=str(folder), cases=remaining)
-        launch = _Launch(spec, folder, case_timeout, on_outcome, nodes or Nodes())
+        launch = _Launch(spec, folder, case_timeout, on_outcome, nodes or Nodes(), echo)
         done = launch.run()
         stats.startup_s += launch.startup_s
         remaining = [case for case in remaining if case.case_id not in done]
@@ -173,8 +176,10 @@ def run_group(cases: list[Case], group: GroupSpec, workdir: Path, case_timeout: 
 class _Launch:
     """One torchrun launch over `cases`; stops at the first case it has to give up on."""
 
-    def __init__(self, group: GroupSpec, folder: Path, case_timeout: float, on_outcome, nodes: Nodes | None = None):
+    def __init__(self, group: GroupSpec, folder: Path, case_timeout: float, on_outcome, nodes: Nodes | None = None,
+                 echo: Callable[[str], None] | None = None):
         cases = group.cases
+        self.echo, self.up, self.nagged = echo, False, False
         self.by_id = {case.case_id: case for case in cases}
         self.folder, self.case_timeout, self.on_outcome = folder, case_timeout, on_outcome
         self.world_size = cases[0].world_size
@@ -185,7 +190,7 @@ class _Launch:
         (folder / "group.json").write_text(json.dumps(group.to_dict()))
 
     def run(self) -> set[str]:
-        started = time.monotonic()
+        started = self.started = time.monotonic()
         try:
             return self._run()
         finally:
@@ -213,6 +218,7 @@ class _Launch:
     def _watch(self, process: subprocess.Popen) -> None:
         while True:
             self._deliver(self.watch.poll())
+            self._say_up()
             if len(self.done) == len(self.by_id):
                 return
             problem = self._problem(process)
@@ -227,6 +233,20 @@ class _Launch:
             self._blame(problem, process.poll())  # before the kill, which would make every rank look dead
             procs.kill_tree(process)
             return
+
+    def _say_up(self) -> None:
+        """Once the ranks are up, say so; while another node has not joined after JOIN_NAG_S, say which, once."""
+        if self.echo is None or self.up:
+            return
+        waited = time.monotonic() - self.started
+        if len(self.watch.pids) == self.world_size:
+            self.up = True
+            self.echo(f"  {self.world_size} rank(s) up after {waited:.0f}s")
+        elif self.watch.view is not None and waited > JOIN_NAG_S and not self.nagged:
+            self.nagged = True
+            missing = ", ".join(map(str, self.watch.view.missing())) or "?"
+            self.echo(f"  waiting for node(s) {missing} to join ({waited:.0f}s): is `harness run --node-rank N` "
+                      "running there, with the same --report-dir on a filesystem every node shares?")
 
     def _settled(self, problem: Problem) -> Problem:
         """Over several nodes, a node's failure reaches node 0's ranks (and its torchrun) before that node's status

@@ -232,9 +232,16 @@ class NodeAgent:
         return self.changes.quiet_for(self.workdir / "judge.beat", beat)
 
     def _wait_for_run(self) -> str | None:
-        """The id of a run whose judge beats (a stale run.json left by a killed run does not)."""
-        deadline, first = time.monotonic() + JOIN_WAIT_S, None
+        """The id of a run whose judge beats (a stale run.json left by a killed run does not); says at once what it
+        waits for, and again every minute."""
+        deadline, first, said = time.monotonic() + JOIN_WAIT_S, None, 0.0
         while time.monotonic() < deadline:
+            if time.monotonic() - said >= 60:
+                waited = JOIN_WAIT_S - (deadline - time.monotonic())
+                self.echo(f"node {self.node}: waiting for node 0's run in {self.workdir} ({waited:.0f}s of at most "
+                          f"{JOIN_WAIT_S:.0f}s; node 0's --report-dir must be this folder, on a filesystem both "
+                          "nodes share)")
+                said = time.monotonic()
             beat = _read(self.workdir / "judge.beat")
             if beat is not None and first is not None and beat != first and beat.get("run_id"):
                 ended = _read(self.workdir / "run.ended")

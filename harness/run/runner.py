@@ -62,9 +62,9 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     shard = shards.select(plan, settings.shard) if settings.shard else None
     plan = shard.plan if shard else plan
     report_dir = settings.path("report_dir")
-    report_dir.mkdir(parents=True, exist_ok=True)
     runnable = [p.case for p in plan if p.runs]
     metas = ensure_references(runnable, settings.path("references"), echo, capture_missing, settings)
+    report_dir.mkdir(parents=True, exist_ok=True)  # only once the references are sound: no empty folder on an error
     issues = load_known_issues(settings.path("known_issues"))
     versions = _versions(metas)
     if versions["version_mismatch"]:  # said before the cases run too: every verdict below is against it
@@ -75,9 +75,17 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
         _clear_previous(report_dir, echo)
     todo = [case for case in runnable if case.case_id not in done]
     echo(f"plan: {len(plan)} cases, {len(runnable)} to run, {len(plan) - len(runnable)} skipped at plan time"
-         + (f", {len(runnable) - len(todo)} kept from the interrupted run" if done else ""))
+         + (f", {len(runnable) - len(todo)} kept from the interrupted run" if resume else ""))
     refusals = {p.case.case_id: p.expected_refusal for p in plan if p.expected_refusal is not None}
-    stats = _launch_all(todo, settings, report_dir, issues, refusals, done, echo)
+    kept = len(done)
+    try:
+        stats = _launch_all(todo, settings, report_dir, issues, refusals, done, echo)
+    except KeyboardInterrupt:
+        echo(f"interrupted: {len(done) - kept} case(s) finished in this run" + (f", {kept} kept from before" if kept
+                                                                                else "")
+             + f"; {len(done)} of {len(runnable)} are in {report_dir / PARTIAL}"
+             + (" (rerun with --resume to run the rest)" if done else " (nothing to resume)"))
+        raise
     localizing = time.monotonic()
     _localize_all([case for case in todo if _to_localize(done[case.case_id], settings.localize, localize_failures)],
                   settings, report_dir, done, echo)
@@ -103,11 +111,23 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     echo(timing.time_line(header.time_breakdown))
     failed = any(r.status.is_failure(settings.xfail_strict) for r in results)
     unchecked = _no_parallel_ran(plan, results) and not settings.allow_no_parallel
+    _tidy_work(report_dir / WORKDIR, settings, failed, echo)
     if unchecked:
         echo("WARNING: no case with more than one rank ran: every parallel layout of the plan was SKIP (see the "
              "reasons above), so this run checked no parallel parity at all. Exit 1; pass --allow-no-parallel if "
              "that is what you meant.")
     return RunSummary(results, header, 1 if failed or unchecked else 0)
+
+
+def _tidy_work(workdir: Path, settings: Settings, failed: bool, echo) -> None:
+    """The work folder (launch logs, rank events, the shared baselines) is only needed while the run lasts: removed
+    after a run where every case ended well, kept (and said where) when a case failed, with --keep-work, or over
+    several nodes (whose agents read it until they leave)."""
+    if failed or settings.keep_work or settings.nnodes > 1:
+        why = "a case failed" if failed else "--keep-work" if settings.keep_work else "several nodes read it"
+        echo(f"work files kept in {workdir} ({why}): each launch's torchrun log and rank events")
+        return
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _no_parallel_ran(plan: list[PlannedCase], results: list[CaseResult]) -> bool:
@@ -176,7 +196,7 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
             echo(f"launching {len(members)} case(s) on {world_size} rank(s)" + (f" over {spans} nodes" if spans > 1
                                                                                 else ""))
             timeout = settings.case_timeout or _auto_timeout(members, settings.path("references"))
-            ran = run_group(members, group, workdir, timeout, on_outcome, nodes)
+            ran = run_group(members, group, workdir, timeout, on_outcome, nodes, echo)
             stats.launches += ran.launches
             stats.startup_s += ran.startup_s
     return stats
@@ -197,15 +217,23 @@ def _auto_timeout(cases, root: Path) -> float:
     return 300.0 + 60.0 * max(sizes, default=0) / 2**30
 
 
+WIDTH = 120  # every line a run prints fits in this many columns
+
+
 def _progress_line(index: int, result: CaseResult, total: int) -> str:
     number = f" {result.cell}" if result.cell else ""
-    reason = f"  ({_shorten(result.reason)})" if result.reason and result.status is not Status.PASS else ""
     seconds = f" {result.seconds:.2f}s" if result.seconds is not None else ""
-    return f"[{index}/{total}] {result.status.value:7s} {result.case_id}{number}{seconds}{reason}"
+    line = f"[{index}/{total}] {result.status.value:7s} {result.case_id}{number}{seconds}"
+    if result.reason and result.status is not Status.PASS:
+        line += "  (" + " ".join(result.reason.split()) + ")"
+    return _shorten(line)
 
 
-def _shorten(text: str, limit: int = 110) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _shorten(text: str, limit: int = WIDTH) -> str:
+    if len(text) <= limit:
+        return text
+    closing = ")" if text.endswith(")") else ""
+    return text[: limit - 3 - len(closing)] + "..." + closing
 
 
 def _clear_previous(report_dir: Path, echo) -> None:
@@ -220,7 +248,8 @@ def _fingerprint(settings: Settings, versions: dict, metas: dict) -> str:
     versions of this run and the references' checksums."""
     import hashlib
 
-    where = ("report_dir", "case_timeout", *OWN_OPTIONS, "gpus_per_node")  # where and how it ran, not what it checks
+    # where and how it ran, not what it checks
+    where = ("report_dir", "case_timeout", "keep_work", *OWN_OPTIONS, "gpus_per_node")
     options = {key: value for key, value in settings.values.items() if key not in where}
     checksums = {"/".join(key): meta.get("checksum") for key, meta in sorted(metas.items())}
     payload = json.dumps([options, versions["environment"], checksums], sort_keys=True, default=str)

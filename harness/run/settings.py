@@ -58,6 +58,9 @@ class Settings:
     budget_max_factor: float = _option(1.5, "Low precision: most a layout may multiply the dtype's own max error by.")
     localize: bool = _option(False, "Find where every case that ran breaks (the first module whose output leaves "
                                     "the single-device run's), not only the FAIL cases.")
+    keep_work: bool = _option(False, "Keep <report-dir>/work (each launch's torchrun log, rank events and the shared "
+                                     "baselines) after a run in which every case ended well; it is kept anyway "
+                                     "when one failed.")
     allow_no_parallel: bool = _option(False, "Exit 0 even when no case with more than one rank ran (by default "
                                              "such a run exits 1: it checked no parallel layout).")
     xfail_strict: bool = _option(False, "A known issue that no longer reproduces (XPASS) fails the run, as pytest's "
@@ -185,8 +188,22 @@ def load_settings(overrides: dict[str, Any] | None = None, start: Path | None = 
             from harness.catalogue.zoo import SPECS
 
             values[key] = list(SPECS)
+    _check_weights(values["weights"])
     own = {key: values.pop(key) for key in list(values) if OPTIONS[key].kind}
     return Settings(**values, root=root, kind_values=own)
+
+
+def _check_weights(folder: str | None) -> None:
+    """`--weights` names a diffusers pipeline folder, checked before anything is planned or captured after it."""
+    if folder is None:
+        return
+    path = Path(folder).expanduser()
+    what = "the folder of a diffusers pipeline saved with `save_pretrained` (it holds model_index.json)"
+    if not path.is_dir():
+        raise HarnessError(f"option weights: {folder} {'is not a folder' if path.exists() else 'does not exist'}; "
+                           f"give {what}")
+    if not (path / "model_index.json").is_file():
+        raise HarnessError(f"option weights: {folder} has no model_index.json; give {what}")
 
 
 def _from_pyproject(table: dict, values: dict, pyproject) -> set[str]:

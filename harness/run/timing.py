@@ -20,16 +20,20 @@ def time_breakdown(results: list[CaseResult], startup_s: float, wall_s: float,
             phases[name] = phases.get(name, 0.0) + seconds
     floor = startup_s + sum(result.seconds or 0.0 for result in results)
     accounted = startup_s + sum(phases.values()) + localize_s + plan_s
-    return {"wall": round(wall_s, 2), "plan": round(plan_s, 2), "launch start-ups": round(startup_s, 2),
+    return {"wall": round(wall_s, 2), "start-up and plan": round(plan_s, 2), "launch start-ups": round(startup_s, 2),
             **{name: round(value, 2) for name, value in phases.items()}, "localization": round(localize_s, 2),
             "other (capture, judging, waits)": round(max(wall_s - accounted, 0.0), 2),
             "floor": round(floor, 2), "ratio to floor": round(wall_s / floor, 2) if floor > 0 else None}
 
 
-def time_line(breakdown: dict) -> str:
-    """One terminal line: the wall, the floor and the biggest parts."""
+def time_line(breakdown: dict, width: int = 120) -> str:
+    """One terminal line within `width`: the wall, the floor and as many of the biggest parts as fit."""
     parts = sorted(((name, value) for name, value in breakdown.items()
                     if name not in ("wall", "floor", "ratio to floor") and value), key=lambda item: -item[1])
-    shown = ", ".join(f"{name} {value:.0f}s" for name, value in parts[:6])
-    return (f"time: {breakdown['wall']:.0f}s wall ({shown}); floor {breakdown['floor']:.0f}s, "
-            f"{breakdown['ratio to floor']}x")
+    for count in range(min(len(parts), 6), -1, -1):
+        shown = ", ".join(f"{name} {value:.0f}s" for name, value in parts[:count])
+        line = (f"time: {breakdown['wall']:.0f}s wall" + (f" ({shown})" if shown else "") +
+                f"; floor {breakdown['floor']:.0f}s, {breakdown['ratio to floor']}x")
+        if len(line) <= width:
+            return line
+    return line

@@ -30,17 +30,23 @@ def user_project(pytester):
 @pytest.mark.slow
 def test_reference_lifecycle(user_project):
     missing = user_project.runpytest_subprocess("-q", "-p", "no:cacheprovider")
-    missing.assert_outcomes(failed=1, skipped=2)  # ulysses4 is SKIP (2 ranks allowed); test_reference not asked for
+    missing.assert_outcomes(failed=1, skipped=1, deselected=1)  # ulysses4 is SKIP (2 ranks allowed); no --ref
     missing.stdout.fnmatch_lines(["*missing reference*run `pytest --ref` or `harness capture`*"])
 
     from harness.catalogue.zoo import get_spec
 
     captured = user_project.runpytest_subprocess("-q", "--ref")
-    captured.assert_outcomes(passed=len(get_spec("flux").shapes), skipped=1)  # one reference per shape
+    captured.assert_outcomes(passed=len(get_spec("flux").shapes), deselected=1)  # one reference per shape
     assert (user_project.path / "references/flux/tensor.safetensors").exists()
+    captured.stdout.fnmatch_lines(["*= references =*", f"captured ({len(get_spec('flux').shapes)}): *"])
+    path = user_project.path / "references/flux/tensor.safetensors"
+    before = path.read_bytes()
+    again = user_project.runpytest_subprocess("-q", "--ref", "--ref-force")
+    again.stdout.fnmatch_lines(["kept: the recapture reproduces it (*"])
+    assert path.read_bytes() == before  # git would see no change
 
     compared = user_project.runpytest_subprocess("-q", "-rs")
-    compared.assert_outcomes(passed=1, skipped=2)
+    compared.assert_outcomes(passed=1, skipped=1, deselected=1)
     compared.stdout.fnmatch_lines(["*needs 4 ranks*"])
     assert (user_project.path / "reports/results.json").exists()
 

@@ -122,3 +122,24 @@ def test_a_damaged_committed_reference_says_to_restore_it_from_git(tmp_path):
     assert str(raised.value).endswith(
         f"restore the committed file with `git checkout -- {path}`, or recapture just it with "
         "`harness capture --models toy --kinds tensor --shapes txt7 --force`")
+
+
+def test_a_forced_recapture_keeps_a_file_it_reproduces_and_says_why_it_does_not(tmp_path):
+    """Two fp32 captures differ by ~2e-7 (where tensors land in memory): within REPRODUCIBLE the file stays as it
+    was; another output, another weight, or other versions rewrite it and say which."""
+    import torch
+
+    from harness.core.reference import REPRODUCIBLE, recapture_difference, reference_meta, write_reference
+
+    path = tmp_path / "x.safetensors"
+    weights, inputs = {"w": torch.ones(3)}, {"x": torch.zeros(2)}
+    meta = reference_meta("m", "default", "tensor", {}, "h")
+    assert write_reference(path, weights, inputs, torch.ones(4), meta)
+    before = path.read_bytes()
+    assert not write_reference(path, weights, inputs, torch.ones(4) + REPRODUCIBLE / 2, meta, force=True)
+    assert path.read_bytes() == before
+    assert write_reference(path, weights, inputs, torch.ones(4) + 10 * REPRODUCIBLE, meta, force=True)
+    assert path.read_bytes() != before
+    tensors = {"weights.w": torch.ones(3) * 2, "inputs.x": torch.zeros(2), "output": torch.ones(4)}
+    header = {"x": 1}
+    assert "metadata differs" in recapture_difference(path, tensors, header)

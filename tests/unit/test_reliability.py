@@ -143,9 +143,10 @@ def _interrupt(project: Path, process: subprocess.Popen, send) -> tuple[int, str
 @pytest.mark.slow
 def test_sigterm_kills_the_worker_group_and_exits(project, zoo_references):
     process = _start_hanging_run(project, zoo_references, "ulysses2")
-    code, _out, err, _seconds, survivors = _interrupt(project, process, lambda p: p.send_signal(signal.SIGTERM))
+    code, out, err, _seconds, survivors = _interrupt(project, process, lambda p: p.send_signal(signal.SIGTERM))
     assert code == 128 + signal.SIGTERM, err
-    assert "harness: interrupted; finished cases are kept (rerun with --resume)" in err
+    assert "harness: interrupted" in err
+    assert "interrupted: 0 case(s) finished in this run; 0 of 1 are in" in out and "(nothing to resume)" in out
     assert "Traceback" not in err
     assert survivors == []
 
@@ -155,7 +156,9 @@ def test_ctrl_c_keeps_finished_cases_and_resume_runs_only_the_rest(project, zoo_
     process = _start_hanging_run(project, zoo_references, "single,ulysses2")  # 1 rank (passes), then 2 (hangs)
     code, out, err, _seconds, survivors = _interrupt(project, process, lambda p: os.killpg(p.pid, signal.SIGINT))
     assert code == 130, err
-    assert "harness: interrupted; finished cases are kept (rerun with --resume)" in err
+    assert "harness: interrupted" in err
+    assert "interrupted: 1 case(s) finished in this run; 1 of 2 are in" in out
+    assert "(rerun with --resume to run the rest)" in out
     assert "Traceback" not in err
     assert survivors == []
     single, hung = "flux/single/native/fp32/tensor+hang_rank1", "flux/ulysses2/native/fp32/tensor+hang_rank1"
