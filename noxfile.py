@@ -56,7 +56,7 @@ def gpu(session: nox.Session) -> None:
 # Every diffusers release with context parallelism that the harness is checked on (harness/core/compat.py has the
 # minimum).
 RELEASES = ["0.36.0", "0.38.0", "0.40.0", "0.42.1"]
-# The silent wrong results each release gives on the quick plan (globs over case ids), traced in the README
+# The silent wrong results each release gives on the quick plan (globs over case ids), traced in docs/older-releases.md
 # ("Older diffusers releases"). They stay FAIL in the matrix: finding them is what the harness is for. `nox -s compat`
 # fails on any other FAIL, ERROR or TIMEOUT, and on a listed finding that no longer reproduces.
 FINDINGS = {
@@ -106,7 +106,6 @@ def versions(session: nox.Session) -> None:
     """`harness ab` between 0.38.0 and 0.39.0 both ways, `harness bisect` over the releases 0.36.0-0.42.1 and over
     a git repository of their sources, and the repro script of a 0.42.1 finding (tests marked `versions`). Builds an
     environment per release into the environment cache (HARNESS_ENV_CACHE, default ~/.cache/diffusers-parity-harness),
-    which the next run reuses: about an hour cold on 2 cores, minutes warm (README, "Regression across diffusers
-    versions")."""
+    which the next run reuses: about an hour cold on 2 cores, minutes warm (docs/versions.md)."""
     install(session)
     session.run("pytest", "-m", "versions", "-v", *session.posargs, env={"HARNESS_VERSIONS_TESTS": "1"})

@@ -3,7 +3,7 @@ device, one thread. The case's time (and so the floor of `bench_run.py`) include
 
     python benchmarks/bench_recorder.py [--models flux qwenimage ...] [--repeat N]
 
-Prints a Markdown table for the README: the plain run and the same run recorded. References must exist
+Prints a Markdown table for the docs (docs/measured.md): the plain run and the same run recorded. References must exist
 (`harness capture`).
 """
 

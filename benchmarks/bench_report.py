@@ -10,7 +10,7 @@ noise, as their pictures differ slightly), written four per case as the worker d
 
     python benchmarks/bench_report.py [--runs 5] [--keep DIR] [--failing N]
 
-Prints a Markdown table for the README. A benchmark, not a test: nothing here asserts on time.
+Prints a Markdown table for the docs (docs/measured.md). A benchmark, not a test: nothing here asserts on time.
 """
 
 from __future__ import annotations

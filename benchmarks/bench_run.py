@@ -5,7 +5,7 @@ Also times one single-case launch, to show what batching many cases per launch s
 
     python benchmarks/bench_run.py [--repeat N] [extra `harness run` arguments...]
 
-Prints a Markdown table for the README. References must exist (the first `harness run` captures them).
+Prints a Markdown table for the docs (docs/measured.md). References must exist (the first `harness run` captures them).
 """
 
 from __future__ import annotations

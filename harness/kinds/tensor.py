@@ -45,7 +45,7 @@ class TensorKind(Kind):
     checks = {"nonfinite": Check(), "max_abs_err": Check(), "err_ratio": Check(), "max_err_ratio": Check()}
     figures = (MAX_ABS, MEAN_ABS, MAX_REL, NONFINITE, BASELINE, RATIO, MAX_RATIO, VS_BASELINE)
     # Correct fp32 layouts measure <= 8.3e-7 on the tiny zoo and the classic broken layout ~1e-2, so fp32 stays tight;
-    # low precision is judged by the error budget against its own single-device run besides (README).
+    # low precision is judged by the error budget against its own single-device run besides (docs/judging.md).
     limits = Option("limits", {"fp32": 1e-5, "bf16": 0.15, "fp16": 2e-2},
                     "Max abs error against the fp32 reference, per dtype.", is_table=True)
     cost_s = 0.3  # the quick plan's recorded case seconds: 0.22 s on one rank, 0.62 s on four

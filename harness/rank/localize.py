@@ -22,7 +22,7 @@ import torch.distributed as dist
 from harness.core.records import ModuleTrace
 
 # Relative to the largest value of the single-device module output. fp32: a clean flux tp2 measures at most 5.6e-7,
-# and the whole quick plan under --localize names no module at 1e-4 (README, "Where it breaks"); low precision: the
+# and the whole quick plan under --localize names no module at 1e-4 (docs/localization.md); low precision: the
 # same dtype on one device sets the scale.
 FP32_LIMIT = 1e-4
 LOW_PRECISION_FACTOR = 4.0

@@ -9,7 +9,7 @@ that rounds differently and computes the same in exact arithmetic:
   reductions of the weight gradients);
 - `math_kernel`: SDPA's math kernel in place of the one PyTorch picks (another attention kernel, as another backend
   or a ring's merged chunks compute it).
-Measured on the full plan (README, "How a case is judged"): one draw alone moves a figure by up to 2.6x the first
+Measured on the full plan (docs/training.md): one draw alone moves a figure by up to 2.6x the first
 run's (the loss, which is noise-dominated), and a correct layout stays within 2.4x of the first run; the largest of
 the five is the noise a layout may not exceed by more than `budget_max_factor`.
 """

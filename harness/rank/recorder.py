@@ -2,7 +2,7 @@
 collectives each module performed.
 
 Two light Python modes see everything the proof needs, at a few milliseconds a case on the tiny zoo, where
-torch.profiler cost a second run and 10 to 20 times a forward in event processing (README, speed):
+torch.profiler cost a second run and 10 to 20 times a forward in event processing (docs/measured.md):
 - a dispatch mode sees every op that reaches PyTorch's dispatcher: the fused SDPA kernels, flex attention's
   higher-order op, package kernels registered as custom ops (flash-attn, xformers), and every collective, whoever
   issues it (harness.rank.comms names them);

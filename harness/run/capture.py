@@ -10,6 +10,7 @@ from harness.core import determinism
 from harness.core.errors import HarnessError
 from harness.core.reference import read_meta, read_reference, reference_path
 from harness.kinds import KINDS, kind_of
+from harness.run.plan import check_weights
 
 
 def reference_targets(models, kinds, shapes=None, weights_dir=None,
@@ -38,10 +39,12 @@ def capture_all(models, root: Path, force: bool = False, kinds=None, weights_dir
     paths = []
     scopes = settings.scopes if settings is not None else None
     kinds = list(KINDS) if kinds is None else kinds
+    check_weights(weights_dir)
     for kind, model, shape, folder in reference_targets(models, kinds, shapes, weights_dir, scopes):
         options = kind_of(kind).capture_options(settings) if settings is not None else {}
         path, written = kind_of(kind).capture(model, shape, root, force, folder, **options)
-        echo(f"{'captured' if written else 'kept    '} {path}")
+        kept = f"kept     {path}" + (" (the recapture reproduces it)" if force else "")
+        echo(f"captured {path}" if written else kept)
         paths.append(path)
     return paths
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import product
+from pathlib import Path
 
 from harness.catalogue.zoo import SPECS, get_spec
 from harness.core import axes, compat
@@ -99,6 +100,20 @@ def predicted_refusal(case: Case) -> Refusal | None:
                    tuple(texts))
 
 
+def check_weights(folder: str | None) -> None:
+    """`--weights` names a diffusers pipeline folder, checked before anything is planned or captured after it (not
+    when the options are read: a Slurm submission names a folder of the compute nodes)."""
+    if folder is None:
+        return
+    path = Path(folder).expanduser()
+    what = "the folder of a diffusers pipeline saved with `save_pretrained` (it holds model_index.json)"
+    if not path.is_dir():
+        raise HarnessError(f"option weights: {folder} {'is not a folder' if path.exists() else 'does not exist'}; "
+                           f"give {what}")
+    if not (path / "model_index.json").is_file():
+        raise HarnessError(f"option weights: {folder} has no model_index.json; give {what}")
+
+
 def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_ranks: int | None = None,
                fault: str | None = None, kinds=("tensor",), weights_dir=None,
                check_refusals: bool = False, scopes: dict | None = None,
@@ -111,6 +126,7 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
     A case diffusers is expected to refuse is a SKIP with the reason, or, with `check_refusals`, runs so that the
     refusal is seen (XFAIL) and a backend that runs where it should refuse is judged like any other case. `more`:
     the values of the product axes declared after backend and dtype (harness.core.axes), by axis name."""
+    check_weights(weights_dir)
     for dtype in dtypes:
         torch_dtype(dtype)
     if fault is not None:

@@ -188,22 +188,8 @@ def load_settings(overrides: dict[str, Any] | None = None, start: Path | None = 
             from harness.catalogue.zoo import SPECS
 
             values[key] = list(SPECS)
-    _check_weights(values["weights"])
     own = {key: values.pop(key) for key in list(values) if OPTIONS[key].kind}
     return Settings(**values, root=root, kind_values=own)
-
-
-def _check_weights(folder: str | None) -> None:
-    """`--weights` names a diffusers pipeline folder, checked before anything is planned or captured after it."""
-    if folder is None:
-        return
-    path = Path(folder).expanduser()
-    what = "the folder of a diffusers pipeline saved with `save_pretrained` (it holds model_index.json)"
-    if not path.is_dir():
-        raise HarnessError(f"option weights: {folder} {'is not a folder' if path.exists() else 'does not exist'}; "
-                           f"give {what}")
-    if not (path / "model_index.json").is_file():
-        raise HarnessError(f"option weights: {folder} has no model_index.json; give {what}")
 
 
 def _from_pyproject(table: dict, values: dict, pyproject) -> set[str]:

@@ -17,7 +17,7 @@ from harness.core.errors import HarnessError
 from harness.kinds import kind_of
 from harness.run.plan import PlannedCase
 
-STARTUP_S = 8.0  # one torchrun launch: imports, init and rendezvous (README, "Speed")
+STARTUP_S = 8.0  # one torchrun launch: imports, init and rendezvous (docs/measured.md)
 
 
 @dataclass

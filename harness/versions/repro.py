@@ -66,9 +66,9 @@ def _case_data(case, settings, path: Path, meta: dict) -> dict:
             "layout": {"name": layout.name, "ring": layout.ring, "ulysses": layout.ulysses, "tp": layout.tp,
                        "anything": layout.anything, "mesh_shape": list(mesh[0]), "mesh_names": list(mesh[1])},
             "reference": {"name": path.name, "path": str(path)},
-            "tolerance": settings.tolerance_for(case.dtype), "budget_factor": settings.budget_factor,
-            "budget_max_factor": settings.budget_max_factor,
-            "train_limits": settings.train_tolerance.get(case.dtype), **_spec_data(case.model, meta)}
+            "tolerance": settings.limits("tensor", case.dtype), "budget_factor": settings.budget_factor,
+            "budget_max_factor": settings.budget_max_factor, "train_limits": settings.limits("train", "fp32"),
+            "noise_factor": settings.of("train", "noise_factor"), **_spec_data(case.model, meta)}
     return data
 
 

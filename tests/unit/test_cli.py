@@ -70,14 +70,17 @@ def test_bad_names_are_rejected_before_anything_launches(project, args, message)
     assert not (project / "reports").exists()
 
 
-def test_capture_keeps_existing_unless_forced(project):
+def test_capture_keeps_existing_unless_forced(project, rewrite_meta):
     first = harness("capture", "--models", "qwenimage", cwd=project)
     assert "captured" in first.stdout, first.stderr
     path = project / "references/qwenimage/tensor.safetensors"
     stamp = path.stat().st_mtime_ns
     assert "kept" in harness("capture", "--models", "qwenimage", cwd=project).stdout
     assert path.stat().st_mtime_ns == stamp
-    assert "captured" in harness("capture", "--models", "qwenimage", "--force", cwd=project).stdout
+    forced = harness("capture", "--models", "qwenimage", "--force", cwd=project).stdout
+    assert f"kept     {path} (the recapture reproduces it)" in forced and path.stat().st_mtime_ns == stamp
+    rewrite_meta(path, lambda meta: meta.update(torch="0.0.1-old"))  # a reference of another torch
+    assert f"captured {path}" in harness("capture", "--models", "qwenimage", "--force", cwd=project).stdout
 
 
 @pytest.mark.slow

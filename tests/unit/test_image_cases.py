@@ -98,7 +98,7 @@ def test_bad_weights_folder_is_a_clear_error(project):
                            "--kinds", "image", "--models", "flux"], cwd=project, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2
-    assert "not a diffusers pipeline folder (no model_index.json)" in done.stderr
+    assert "has no model_index.json; give the folder of a diffusers pipeline" in done.stderr
 
 
 def test_image_arrays_round_trip_through_png(tmp_path):

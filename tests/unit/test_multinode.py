@@ -93,10 +93,12 @@ def test_another_node_follows_only_a_run_whose_judge_beats_and_stops_with_it(tmp
     said: list[str] = []
     agent = nodes.NodeAgent(tmp_path, Torchrun(2, 1, "127.0.0.1:1"), echo=said.append)
     assert agent.run() == 1
-    assert said == [f"node 1: no run from node 0 in {tmp_path} after 3s (is node 0 running `harness run` with the "
-                    "same --report-dir on a filesystem both nodes share?)"]
+    assert said[0].startswith(f"node 1: waiting for node 0's run in {tmp_path} (0s of at most 3s;")  # said at once
+    assert said[-1] == (f"node 1: no run from node 0 in {tmp_path} after 3s (is node 0 running `harness run` with "
+                        "the same --report-dir on a filesystem both nodes share?)") and len(said) == 2
 
     codes: list[int] = []
+    said.clear()
     with nodes.SharedRun(tmp_path, 2) as shared:
         follower = threading.Thread(target=lambda: codes.append(agent.run()))
         follower.start()
@@ -105,4 +107,5 @@ def test_another_node_follows_only_a_run_whose_judge_beats_and_stops_with_it(tmp
             threading.Event().wait(0.1)
     follower.join(timeout=10)
     assert codes == [0]
+    assert said[0].startswith("node 1: waiting for node 0's run")  # then it finds the run that beats
     assert said[1:] == [f"node 1: following run {shared.run_id} in {tmp_path}", f"node 1: run {shared.run_id} is over"]

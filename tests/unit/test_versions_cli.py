@@ -47,6 +47,6 @@ def test_the_plan_options_pass_through_as_given():
     args = cli.build_parser().parse_args(["ab", "--base", "installed", "--head", "installed", "--models", "flux",
                                           "--no-check-refusals", "--train-steps", "2", "--localize"])
     flags = versions_cli.forwarded(args, versions_cli.AB_OPTIONS)
-    assert flags == ["--models=flux", "--train-steps=2", "--no-check-refusals", "--localize"]
+    assert flags == ["--models=flux", "--no-check-refusals", "--localize", "--train-steps=2"]
     bisect = cli.build_parser().parse_args(["bisect", "--good", "a", "--bad", "b", "--case", "x,y", "--case", "z"])
     assert bisect.cases == ["x,y", "z"] and not hasattr(bisect, "models")  # the case ids make the plan

@@ -92,9 +92,10 @@ def errors(run, reference):
 
 
 def judge(found, single):
-    """The harness's verdict (harness/kinds/train.py): fp32 by fixed limits, low precision by the budget of the
-    single-device run of the same dtype above the dtype's noise floor."""
-    limits, factor = CASE["train_limits"], CASE["budget_max_factor"]
+    """The harness's verdict (harness/kinds/train.py): fp32 by fixed limits. Low precision: the harness takes the
+    largest error of five single-device draws of the dtype's noise; this script has the first draw only, so its
+    limits (noise_factor x that run) are at most the harness's: a PASS here is one there."""
+    limits, factor = CASE["train_limits"], CASE["noise_factor"]
     if CASE["dtype"] == "fp32":
         wrong = [name for name, value in found["per_param"].items() if value > limits["grad_rel"]]
         broken = [f"loss rel err {found['loss_rel']:.3g} > {limits['loss_rel']:.3g}"] \
@@ -106,10 +107,10 @@ def judge(found, single):
     ratio = found["grad_err"] / single["grad_err"] if single["grad_err"] > 0 else float("inf")
     broken = [f"gradients {ratio:.2f}x the single-device {CASE['dtype']} (budget {CASE['budget_factor']}x)"] \
         if ratio > CASE["budget_factor"] else []
-    if found["loss_rel"] > max(factor * single["loss_rel"], limits["loss_rel"]):
+    if found["loss_rel"] > factor * single["loss_rel"]:
         broken.append(f"loss rel err {found['loss_rel']:.3g} beyond {factor}x the single-device one")
     wrong = [name for name, value in found["per_param"].items()
-             if value > max(factor * single["per_param"].get(name, 0.0), limits["grad_rel"])]
+             if value > factor * single["per_param"].get(name, 0.0)]
     broken += [f"{len(wrong)} parameter gradient(s) beyond {factor}x the single-device ones"] if wrong else []
     return verdict(broken)
 
@@ -131,8 +132,11 @@ def main():
     if rank == 0:
         show(f"single device ({CASE['backend']}, {CASE['dtype']}) vs reference", single)
         show(f"{CASE['layout']['name']} ({CASE['backend']}, {CASE['dtype']}) vs reference", found)
-        print(f"  limits: loss rel {CASE['train_limits']['loss_rel']:.3g}, gradient rel L2 "
-              f"{CASE['train_limits']['grad_rel']:.3g} per parameter")
+        if CASE["dtype"] == "fp32":
+            print(f"  limits: loss rel {CASE['train_limits']['loss_rel']:.3g}, gradient rel L2 "
+                  f"{CASE['train_limits']['grad_rel']:.3g} per parameter")
+        else:
+            print(f"  limits: {CASE['noise_factor']}x the single-device {CASE['dtype']} run's errors")
         print(f"{CASE['id']}: {judge(found, single)}", flush=True)
     if world > 1:
         dist.destroy_process_group()
