@@ -165,13 +165,13 @@ def _hand_off(launcher, command: list[str], settings, forwarded: list[str]) -> i
 
 
 def cmd_merge(args) -> int:
-    from harness.run import matrix
+    from harness.report import matrix
     from harness.run.merge import merge_runs
 
     settings = _settings(args)
     out = settings.path("report_dir")
     results, header = merge_runs([Path(folder) for folder in args.parts], out)
-    print(matrix.terminal(results))
+    print(matrix.terminal(results, page=str(out / "index.html")))
     print(f"merged {len(header['merged_from'])} parts, {len(results)} cases: {matrix.counts_line(results)}; "
           f"wrote {out / 'results.json'}, {out / 'index.html'}, {out / 'matrix.csv'}, {out / 'matrix.md'}")
     strict = bool(header["settings"].get("xfail_strict"))
