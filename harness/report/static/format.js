@@ -48,10 +48,10 @@
     while (d < 12 && span > 0 && write(low) === write(high)) { d++; }
     return [write(low), write(high)];
   };
-  // Any value of the data as text: numbers with four significant digits, nothing as a dash.
+  // Any value of the data as text: whole numbers as they are, others with four significant digits, none as a dash.
   R.text = function (v) {
     if (v === null || v === undefined || v === "") { return R.DASH; }
-    if (typeof v === "number") { return R.general(v, 4); }
+    if (typeof v === "number") { return Number.isInteger(v) && Math.abs(v) < 1e15 ? String(v) : R.general(v, 4); }
     if (typeof v === "boolean") { return v ? "yes" : "no"; }
     return String(v);
   };
