@@ -1,12 +1,12 @@
-"""How big index.html is, and how fast it is interactive, on a synthetic results.json of the full plan's size.
+"""How big index.html and results.json are, and how fast the page is interactive, on a synthetic run of the full
+plan's size (benchmarks/full_plan.py: 22,800 cases with the real kinds' figures, failed checks, detail blocks and
+tracebacks).
 
-The full plan has 15,600 cases of which about 2,800 run (the rest SKIP for about 20 reasons, most for backends that
-need CUDA); the synthetic run has realistic statuses, numbers, tracebacks and image paths (see `synthetic_cases`).
-It renders index.html, prints its size, and loads it in headless Chromium several times: the page script stamps
-`performance.now()` on <html data-ready-ms> once the page is interactive, read back with `--dump-dom`. It also
-estimates the images folder: the committed reference PNGs stand in for candidates (bf16/fp16 ones with a little
-noise, as their pictures differ slightly), written four per case as the worker does, then pruned as
-`harness.report.images.prune_images` does after each case. Usage:
+It writes results.json as `harness run` does, renders index.html, prints their sizes, and loads the page in headless
+Chromium several times: the page script stamps `performance.now()` on <html data-ready-ms> once the page is
+interactive, read back with `--dump-dom`. It also estimates the images folder: the committed reference PNGs stand in
+for candidates (bf16/fp16 ones with a little noise, as their pictures differ slightly), written four per case as the
+worker does, then pruned as `harness.report.images.prune_images` does after each case. Usage:
 
     python benchmarks/bench_report.py [--runs 5] [--keep DIR] [--failing N]
 
@@ -16,7 +16,7 @@ Prints a Markdown table for the docs (docs/measured.md). A benchmark, not a test
 from __future__ import annotations
 
 import argparse
-import json
+import importlib.util
 import random
 import re
 import shutil
@@ -30,214 +30,100 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.core.results import CaseResult, Status  # noqa: E402
+from harness.core.evidence import Evidence, reason  # noqa: E402
+from harness.core.results import CaseResult, Status, write_results  # noqa: E402
 from harness.report import render_html  # noqa: E402
 from harness.report.images import prune_images  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
-
-# model: (transformer class, tensor shapes, has an image pipeline, has a _cp_plan, has a _tp_plan)
-MODELS = {
-    "flux": ("FluxTransformer2DModel", ("default", "txt7", "img15"), True, True, True),
-    "flux2": ("Flux2Transformer2DModel", ("default", "txt7", "img15"), True, True, True),
-    "qwenimage": ("QwenImageTransformer2DModel", ("default", "txt7", "img15", "masked"), True, True, True),
-    "qwenimage21": ("QwenImage21Transformer2DModel", ("default", "txt7", "img24", "masked"), False, False, True),
-    "wan": ("WanTransformer3DModel", ("default", "txt7", "img15", "ti2v"), True, True, False),
-    "ltx": ("LTXVideoTransformer3DModel", ("default", "txt7", "img15", "masked"), False, True, False),
-    "ltx2": ("LTX2VideoTransformer3DModel", ("default", "txt7", "img15", "masked", "isolated"), False, True, False),
-    "helios": ("HeliosTransformer3DModel", ("default", "txt7", "img15"), False, True, False),
-    "helios_amplify": ("HeliosTransformer3DModel", ("default",), False, True, False),
-    "minimax_h3": ("MiniMaxH3Transformer3DModel", ("default", "txt7", "img15"), False, True, False),
-    "chronoedit": ("ChronoEditTransformer3DModel", ("default", "img45"), False, True, False),
-}
-LAYOUTS = {"single": 1, "ulysses2": 2, "ring2": 2, "ulysses4": 4, "ring4": 4, "ring2xulysses2": 4, "tp2": 2,
-           "tp4": 4, "ulysses2any": 2, "ring2any": 2, "ulysses4any": 4, "tp2+ulysses2": 4, "tp2+ring2": 4}
-CPU_BACKENDS = ("native", "_native_math", "_native_flash", "flex")
-GPU_SKIPS = {
-    "_native_cudnn": "needs CUDA: RuntimeError: No viable backend for scaled_dot_product_attention was found.",
-    "_native_efficient": "needs CUDA: memory-efficient attention has no CPU kernel",
-    "flash": "RuntimeError: Flash Attention backend 'flash' is not usable because of missing package or the version "
-             "is too old. Please install `flash-attn>=2.6.3`.",
-    "_flash_3": "RuntimeError: Flash Attention 3 backend '_flash_3' is not usable because of missing package or the "
-                "version is too old. Please build FA3 beta release from source.",
-    "sage": "RuntimeError: Sage Attention backend 'sage' is not usable because of missing package or the version is "
-            "too old. Please install `sageattention>=2.1.1`.",
-    "xformers": "RuntimeError: Xformers Attention backend 'xformers' is not usable because of missing package or the "
-                "version is too old. Please install `xformers>=0.0.29`.",
-}
-DTYPES = {"fp32": 1e-5, "bf16": 0.15, "fp16": 2e-2}
-IMAGE_LIMIT = {"fp32": 5e-3, "bf16": 0.10, "fp16": 0.03}
-KNOWN = {
-    "uneven": "known issue: plain Ulysses/ring shard every sequence evenly: a text or image length not divisible by "
-              "the degree is refused (ulyssesNany / ringNany are diffusers' answer) "
-              "(https://github.com/huggingface/diffusers/issues/12568)",
-    "lse": "known issue: native SDPA cannot return the log-sum-exp that ring attention merges with; use _native_flash "
-           "or _native_cudnn for ring",
-    "mask": "known issue: _native_flash refuses any attention mask (padded prompts; QwenImage-2.1's causal masks)",
-    "ltx_mask": "known issue: LTX/LTX2 with an encoder attention mask under Ulysses: the mask is not resharded",
-    "audio": "known issue: LTX2 audio-to-video cross-attention under context parallelism: its RoPE is not split",
-    "helios": "known issue: Helios with is_amplify_history=True is silently wrong under context parallelism",
-    "wan_ti2v": "known issue: Wan TI2V's per-token timesteps are not sharded with the sequence under ring attention",
-    "chrono": "known issue: ChronoEdit's temporal reasoning frames break Ulysses head sharding at degree 4",
-}
-REFUSAL = "expected refusal: diffusers does not register backend {!r} as context-parallel capable"
-
-
-def plan() -> list[dict]:
-    """Every case of the synthetic full plan, in the plan's order, as results.json records without numbers."""
-    cases = []
-    for model, (_, shapes, image, _, _) in MODELS.items():
-        rows = [(shape, "tensor") for shape in shapes] + ([("default", "image")] if image else [])
-        for shape, kind in rows:
-            for layout, world_size in LAYOUTS.items():
-                for backend in (*CPU_BACKENDS, *GPU_SKIPS):
-                    for dtype in DTYPES:
-                        name = model if shape == "default" else f"{model}@{shape}"
-                        cases.append(CaseResult(f"{name}/{layout}/{backend}/{dtype}/{kind}", model, shape, kind,
-                                                layout, world_size, backend, dtype, Status.PASS))
-    return cases
-
-
-def skip_reason(case: CaseResult) -> str | None:
-    """About 20 reasons, shaped like the real plan's: backends needing CUDA, models without a cp/tp plan, fp16
-    kernels missing on CPU, and a layout this diffusers lacks."""
-    class_name, _, _, has_cp, has_tp = MODELS[case.model]
-    if case.backend in GPU_SKIPS:
-        return GPU_SKIPS[case.backend]
-    if "tp" in case.layout and not has_tp:
-        return f"{class_name} defines no _tp_plan"
-    if case.layout not in ("single", "tp2", "tp4") and not has_cp:
-        return f"{class_name} defines no _cp_plan"
-    if case.dtype == "fp16":
-        return f"fp16 {case.backend} attention has no CPU kernel in this torch"
-    if case.layout == "ulysses4any":
-        return "layout ulysses4any needs diffusers >= 0.43 (this is 0.42.1)"
-    return None
-
-
-def known_issue(case: CaseResult) -> str | None:
-    """The known issue (or expected refusal) a run case meets: about 1,240 of them, over 10 reasons."""
-    plain = case.layout in ("ulysses2", "ring2", "ulysses4", "ring4", "ring2xulysses2", "tp2+ulysses2", "tp2+ring2")
-    context = plain or case.layout.endswith("any")
-    if (plain and case.backend == "_native_math") or (case.layout.endswith("any") and case.backend == "flex"):
-        return REFUSAL.format(case.backend)
-    if not context:
-        return None
-    rules = [
-        (plain and (case.shape == "txt7" or (case.shape == "img15" and case.world_size == 4)), "uneven"),
-        (case.layout in ("ring2", "ring4") and case.backend == "native", "lse"),
-        (case.shape == "masked" and case.backend == "_native_flash", "mask"),
-        (case.model in ("ltx", "ltx2") and case.shape == "masked" and "ulysses" in case.layout, "ltx_mask"),
-        (case.model == "ltx2" and case.shape == "default" and case.layout != "ulysses2any", "audio"),
-        (case.model == "helios_amplify", "helios"),
-        (case.model == "wan" and case.shape == "ti2v" and "ring" in case.layout, "wan_ti2v"),
-        (case.model == "chronoedit" and case.layout == "ulysses4", "chrono"),
-    ]
-    return next((KNOWN[key] for matched, key in rules if matched), None)
-
-
-def traceback(case: CaseResult, error: str) -> str:
-    """A worker traceback of the usual length (35 frames), the same for a model and an error across its cases."""
-    frames = [("harness/engine/worker.py", 166, "run", "output, info = self.run_case(case)"),
-              ("harness/engine/worker.py", 99, "run_case", "output = forward()"),
-              ("harness/run/capture.py", 18, "run_model", "return model(**inputs, return_dict=False)[0]")]
-    frames += [(f"diffusers/models/transformers/transformer_{case.model}.py", 200 + 7 * i, f"forward_{i}",
-                f"hidden_states = block(hidden_states, encoder_hidden_states, temb, rotary_emb_{i})")
-               for i in range(14)]
-    frames += [("diffusers/hooks/context_parallel.py", 274, "shard", "assert tensor.size()[dim] % mesh.size() == 0")]
-    lines = ["Traceback (most recent call last):"]
-    for path, line, name, code in frames:
-        lines += [f'  File "/work/main/.venv/lib/python3.11/site-packages/{path}", line {line}, in {name}',
-                  f"    {code}", "    " + "^" * min(len(code), 60)]
-    return "\n".join([*lines, error]) + "\n"
-
-
-def numbers(case: CaseResult, rng: random.Random, scale: float = 1.0) -> None:
-    """Metrics of a run case: errors near the dtype's usual level (times `scale`), timings, memory, histogram."""
-    level = {"fp32": 4e-7, "bf16": 2.5e-2, "fp16": 3e-3}[case.dtype] * scale
-    case.seconds = rng.uniform(0.4, 6.0)
-    case.peak_mem_mb = round(rng.uniform(420, 520), 1)
-    case.dispatched = f"{case.backend}:{rng.choice((2, 4, 8))}"
-    case.kernels = "aten::_scaled_dot_product_flash_attention_for_cpu:4"
-    ranks = case.world_size
-    case.extra.update({"peak_mem_mb_per_rank": [round(case.peak_mem_mb - 0.1 * r, 1) for r in range(ranks)],
-                       "seconds_per_rank": [round(case.seconds + 0.01 * r, 4) for r in range(ranks)],
-                       "forward_s": rng.uniform(0.02, 0.4)})
-    case.max_abs_err = level * rng.lognormvariate(0, 0.4)
-    case.mean_abs_err = case.max_abs_err * rng.uniform(0.1, 0.3)
-    if case.kind == "image":
-        case.tolerance = IMAGE_LIMIT[case.dtype]
-        case.ssim = 1 - rng.uniform(1e-12, 1e-9) if case.dtype == "fp32" else rng.uniform(0.9991, 0.9999)
-        case.psnr = rng.uniform(130, 135) if case.dtype == "fp32" else rng.uniform(46.5, 60)
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", case.case_id)
-        case.extra["images"] = {name: f"images/{slug}-{name}.png"
-                                for name in ("reference", "candidate", "diff", "ssim_map")}
-        if case.dtype != "fp32":
-            metrics = {"frames": 1, "nonfinite": 0, "win_size": 7, "ssim": case.ssim, "psnr": case.psnr,
-                       "max_abs_err": case.max_abs_err, "mean_abs_err": case.mean_abs_err, "worst_frame": 0}
-            case.extra.update({"baseline": dict(metrics), "vs_baseline": dict(metrics)})
-            case.baseline_err = case.mean_abs_err
-        return
-    case.tolerance, case.nonfinite = DTYPES[case.dtype], 0
-    case.max_rel_err = case.max_abs_err * rng.uniform(0.5, 1.5)
-    if case.dtype != "fp32":
-        case.baseline_err = case.mean_abs_err / rng.uniform(0.9, 1.2)
-        case.err_ratio = case.mean_abs_err / case.baseline_err
-    counts = [rng.randrange(0, 40) for _ in range(11)]
-    case.extra["abs_err_hist"] = {"edges": [10.0**p for p in range(-10, 2)], "counts": counts}
-    case.extra["vs_baseline_max_abs"] = case.max_abs_err * rng.uniform(0, 0.5)
+_spec = importlib.util.spec_from_file_location("full_plan", Path(__file__).with_name("full_plan.py"))
+full_plan = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(full_plan)
+KNOWN = "known_issues.toml #{}"
 
 
 def judge(case: CaseResult, rng: random.Random) -> CaseResult:
     """A status and everything a real run records with it."""
-    reason = skip_reason(case)
-    if reason is not None:
-        case.status, case.reason = Status.SKIP, reason
+    why = full_plan.skip_reason(case)
+    if why is not None:
+        case.status, case.reason = Status.SKIP, why
         return case
-    issue = known_issue(case)
+    issue = full_plan.known_issue(case)
+    if issue is not None and issue[0] == "raising":
+        text, error = full_plan.RAISING[issue[1]]
+        key = KNOWN.format(list(full_plan.RAISING).index(issue[1]) + 1)
+        case.status, case.reason = Status.XFAIL, f"known issue: {text}{full_plan.URL}; observed {error}"
+        case.evidence = [Evidence("error", error).to_dict() | {"known": key}]
+        case.extra.update({"phases": {"model build": 0.008, "parallel setup": 0.001}, "known_issue": [key],
+                           "traceback": full_plan.traceback_text(case.model, error), "observed": f"ERROR: {error}"})
+        return case
+    full_plan.run_extras(case, rng)
+    figures_of(case, rng, 1.0 if issue is None else 3e3)
     if issue is None:
-        case.status = Status.PASS
-        numbers(case, rng)
         return case
-    error = ("ValueError: the backend does not support context parallelism" if issue.startswith("expected")
-             else "AssertionError: Tensor size along dimension to be sharded must be divisible by mesh size")
-    case.status, case.reason = Status.XFAIL, f"{issue}; observed {error}"
-    case.extra.update({"traceback": traceback(case, error), "observed": f"ERROR: {error}"})
+    text, checks = full_plan.SILENT[issue[1]]
+    key = KNOWN.format(len(full_plan.RAISING) + list(full_plan.SILENT).index(issue[1]) + 1)
+    items = failed_checks(case, checks, rng)
+    case.status = Status.XFAIL
+    case.reason = f"known issue: {text}{full_plan.URL}; observed {reason(items)}"
+    case.evidence = [item.to_dict() | {"known": key} for item in items]
+    case.extra.update({"known_issue": [key], "observed": f"FAIL: {reason(items)}"})
     return case
 
 
+def figures_of(case: CaseResult, rng: random.Random, scale: float) -> None:
+    if case.kind == "tensor":
+        full_plan.tensor_figures(case, rng, scale)
+    elif case.kind == "image":
+        full_plan.image_figures(case, rng)
+    else:
+        full_plan.train_figures(case, rng, scale)
+
+
+def failed_checks(case: CaseResult, checks: tuple[str, ...], rng: random.Random) -> list[Evidence]:
+    """The failed checks of a silently wrong case: one for the case as a whole, or one per parameter (a train
+    case's gradients and weights: up to 76 parameters each), worst first."""
+    items = []
+    for check in checks:
+        if check in ("max_abs", "loss_rel"):
+            value = rng.uniform(0.2, 0.4)
+            items.append(Evidence(check, f"{check}: {value:.3g} > 1e-05", "", value, 1e-5))
+            continue
+        subjects = rng.sample(full_plan.PARAMS, rng.randrange(6, len(full_plan.PARAMS)))
+        values = sorted((rng.uniform(0.01, 1.0) for _ in subjects), reverse=True)
+        items += [Evidence(check, f"{check} of {name} {value:.3g} > 0.0001", name, value, 1e-4)
+                  for name, value in zip(subjects, values, strict=True)]
+    return items
+
+
 def make_failing(cases: list[CaseResult], count: int, rng: random.Random) -> None:
-    """Turn `count` passing cases into the cases that matter: FAIL (numbers, images), ERROR, TIMEOUT and XPASS."""
+    """Turn `count` passing cases into the cases that matter: FAIL (figures, images), ERROR, TIMEOUT and XPASS."""
     passing = [case for case in cases if case.status is Status.PASS]
     for index, case in enumerate(rng.sample(passing, count)):
-        kind = ("FAIL", "FAIL", "ERROR", "TIMEOUT", "XPASS", "FAIL")[index % 6]
-        if kind == "FAIL":
-            numbers(case, rng, scale=3e4 if case.dtype == "fp32" else 8)
-            case.status = Status.FAIL
-            case.reason = f"max abs err {case.max_abs_err:.3g} > tolerance {case.tolerance:.3g}"
-            if case.kind == "image":
-                case.ssim = 0.71
-                case.reason = f"vs fp32 reference: ssim {case.ssim:.5f} < 0.9999"
-        elif kind == "ERROR":
+        status = ("FAIL", "FAIL", "ERROR", "TIMEOUT", "XPASS", "FAIL")[index % 6]
+        if status == "FAIL":
+            figures_of(case, rng, 3e4 if case.dtype == "fp32" else 8)
+            first = case.figures[0]
+            item = Evidence("limit", f"{first['label']} {first['value']:.3g} > {first.get('limit', 0):.3g}", "",
+                            first["value"], first.get("limit"))
+            case.status, case.reason, case.evidence = Status.FAIL, item.text, [item.to_dict()]
+        elif status == "ERROR":
             error = f"RuntimeError: shape '[1, 24, 3, 1, {index}]' is invalid for input of size 1152"
-            case.status, case.reason = Status.ERROR, f"rank 1: {error}"
-            case.extra = {"traceback": traceback(case, error)}
-            for key in ("max_abs_err", "mean_abs_err", "max_rel_err", "tolerance", "ssim", "psnr", "err_ratio"):
-                setattr(case, key, None)
-        elif kind == "TIMEOUT":
-            case.status, case.reason = Status.TIMEOUT, "case timeout: no result after 120 s"
-            case.extra = {}
-            for key in ("max_abs_err", "mean_abs_err", "max_rel_err", "ssim", "psnr", "err_ratio", "nonfinite"):
-                setattr(case, key, None)
+            case.status, case.reason, case.figures = Status.ERROR, f"rank 1: {error}", []
+            case.evidence = [Evidence("error", f"rank 1: {error}").to_dict()]
+            case.extra = {"traceback": full_plan.traceback_text(case.model, error)}
+        elif status == "TIMEOUT":
+            case.status, case.reason, case.figures, case.extra = (Status.TIMEOUT, "case timeout: no result after "
+                                                                  "120 s", [], {})
         else:
             case.status = Status.XPASS
-            case.reason = f"known issue no longer reproduces (XPASS): {KNOWN['lse'][13:]}"
+            case.reason = f"known issue no longer reproduces (XPASS): {full_plan.RAISING['lse'][0]}"
 
 
 def synthetic_cases(failing: int = 12, seed: int = 0) -> list[CaseResult]:
     """The whole synthetic full-plan run: every case judged, `failing` of the passing ones made to matter."""
     rng = random.Random(seed)
-    cases = [judge(case, rng) for case in plan()]
+    cases = [judge(case, rng) for case in full_plan.plan()]
     make_failing(cases, failing, rng)
     return cases
 
@@ -251,9 +137,8 @@ def header() -> dict:
 
 
 def write_run(folder: Path, cases: list[CaseResult]) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    payload = {"header": header(), "cases": [case.to_dict() for case in cases]}
-    (folder / "results.json").write_text(json.dumps(payload, indent=1))
+    """results.json as `harness run` writes it (each traceback once)."""
+    write_results(folder / "results.json", cases, header())
     return folder
 
 
@@ -304,7 +189,7 @@ def image_estimate(cases: list[CaseResult], scratch: Path, policy: str) -> tuple
 def quick_like(cases: list[CaseResult], count: int = 128) -> list[CaseResult]:
     """About the quick plan's image cases: flux, flux2 and qwenimage, fp32 and bf16, passing."""
     picked = [c for c in cases if c.kind == "image" and c.model in ("flux", "flux2", "qwenimage")
-              and c.dtype in ("fp32", "bf16") and c.backend in CPU_BACKENDS and "images" in c.extra]
+              and c.dtype in ("fp32", "bf16") and c.backend in full_plan.CPU_BACKENDS and "images" in c.extra]
     return picked[:count]
 
 

@@ -179,7 +179,7 @@ def cmd_merge(args) -> int:
     settings = _settings(args)
     out = settings.path("report_dir")
     results, header = merge_runs([Path(folder) for folder in args.parts], out)
-    print(matrix.terminal(results))
+    print(matrix.terminal(results, page=str(out / "index.html")))
     print(f"merged {len(header.merged_from)} parts, {len(results)} cases: {matrix.counts_line(results)}; "
           f"wrote {out / 'results.json'}, {out / 'index.html'}, {out / 'matrix.csv'}, {out / 'matrix.md'}")
     strict = bool(header.settings.get("xfail_strict"))

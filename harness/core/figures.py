@@ -95,6 +95,14 @@ def histogram(title: str, edges: list[float], counts: list[int], marker: float |
     return {"type": "histogram", "title": title, "edges": edges, "counts": counts, "marker": marker}
 
 
-def images(title: str, paths: dict[str, str]) -> dict:
-    """Pictures of the case, by role (reference, candidate, diff, ...), as paths relative to the report folder."""
-    return {"type": "images", "title": title, "images": paths}
+def images(title: str, paths: dict[str, str], captions: dict[str, str] | None = None,
+           scales: dict[str, dict] | None = None) -> dict:
+    """Pictures of the case, by role (reference, candidate, diff, ...), as paths relative to the report folder;
+    `captions` by role (default: the role's name), and a role's colour scale (`{"ticks": [black, ..., white],
+    "note": what the brightness means}`) drawn under its picture."""
+    block = {"type": "images", "title": title, "images": paths}
+    if captions:
+        block["captions"] = captions
+    if scales:
+        block["scales"] = scales
+    return block

@@ -1,4 +1,10 @@
-"""Results are data first: a `Status` enum and one serializable record per case."""
+"""Results are data first: a `Status` enum and one serializable record per case.
+
+results.json is `{"header": {...}, "tracebacks": [text, ...], "cases": [record, ...]}`: a full plan's XFAIL cases
+repeat the same few tracebacks thousands of times, so each distinct one is written once in `tracebacks` and a case's
+`extra["traceback"]` holds its index there. `read_results` / `cases_of` resolve the indices again; a record whose
+traceback is text (older files, results.partial.jsonl) reads as it is.
+"""
 
 from __future__ import annotations
 
@@ -77,9 +83,10 @@ class CaseResult:
         return {key: _finite_or_none(value) for key, value in data.items()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CaseResult:
+    def from_dict(cls, data: dict[str, Any], tracebacks: list[str] | None = None) -> CaseResult:
+        """The record back; `tracebacks` is results.json's table, which `extra["traceback"]` may index."""
         names = {f.name for f in fields(cls)}
-        known = {key: value for key, value in data.items() if key in names}
+        known = {key: value for key, value in resolved(data, tracebacks).items() if key in names}
         known["status"] = Status(known.get("status", "ERROR"))
         return cls(**known)
 
@@ -96,10 +103,49 @@ def _finite_or_none(value):
     return value
 
 
+TRACEBACK = "traceback"  # the key of `extra` that results.json writes as an index into its `tracebacks`
+
+
+def resolved(case: dict[str, Any], tracebacks: list[str] | None) -> dict[str, Any]:
+    """`case` with its traceback as text: an index into `tracebacks` is looked up (an index without a table, or
+    out of it, is a ValueError: the file is not whole); text is kept."""
+    extra = case.get("extra")
+    index = extra.get(TRACEBACK) if isinstance(extra, dict) else None
+    if not isinstance(index, int) or isinstance(index, bool):
+        return case
+    if tracebacks is None or not 0 <= index < len(tracebacks):
+        raise ValueError(f"case {case.get('case_id')!r}: traceback #{index} is not in the file's tracebacks table")
+    return {**case, "extra": {**extra, TRACEBACK: tracebacks[index]}}
+
+
+def payload_of(results: list[CaseResult], header: dict[str, Any]) -> dict[str, Any]:
+    """What results.json holds: each distinct traceback once, the cases pointing at it."""
+    table: dict[str, int] = {}
+    cases = []
+    for result in results:
+        case = result.to_dict()
+        text = case["extra"].get(TRACEBACK)
+        if isinstance(text, str):
+            case["extra"] = {**case["extra"], TRACEBACK: table.setdefault(text, len(table))}
+        cases.append(case)
+    return {"header": header, "tracebacks": list(table), "cases": cases}
+
+
+def cases_of(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The case records of a results.json payload, tracebacks as text."""
+    tracebacks = payload.get("tracebacks")
+    return [resolved(case, tracebacks) for case in payload["cases"]]
+
+
+def read_results(path: Path) -> tuple[dict[str, Any], list[CaseResult]]:
+    """The header and the cases of a results.json (OSError, ValueError, KeyError or TypeError when it is not one)."""
+    payload = json.loads(Path(path).read_text(encoding="utf-8"))
+    return payload.get("header") or {}, [CaseResult.from_dict(case) for case in cases_of(payload)]
+
+
 def write_results(path: Path, results: list[CaseResult], header: dict[str, Any]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"header": header, "cases": [result.to_dict() for result in results]}
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload, indent=1))
+    tmp.write_text(json.dumps(payload_of(results, header), indent=1))
     tmp.replace(path)

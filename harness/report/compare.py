@@ -1,5 +1,6 @@
 """Two runs side by side, as a CI gate: which cases in both runs changed status, which exist in only one, and
-whether anything newly fails. Written as compare.html and as Markdown for a terminal, a job summary or a PR comment.
+whether anything newly fails, as Markdown for a terminal, a job summary or a PR comment; compare_page.py writes
+compare.html from it (and imports this module; this one imports no page).
 
 A regression is a case that fails (FAIL, ERROR, TIMEOUT) in NEW and did not in OLD: one in both runs that went from
 PASS, XFAIL or SKIP to a failing status, or one only in NEW that fails (a newly planned case that fails is as much
@@ -12,8 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.errors import HarnessError
-from harness.report.data import BAD, load
+from harness.report.data import BAD
 from harness.report.idsets import describe
 
 WARN = "\u26a0"
@@ -27,7 +27,7 @@ class Comparison:
     changed: list[dict[str, Any]] = field(default_factory=list)
     only_old: list[dict[str, Any]] = field(default_factory=list)
     only_new: list[dict[str, Any]] = field(default_factory=list)
-    page: Path | None = None  # where compare_runs wrote compare.html
+    page: Path | None = None  # where compare_page.compare_runs wrote compare.html
     wrote: list[Path] = field(default_factory=list)  # every file compare_runs wrote, the page last
 
     @property
@@ -49,35 +49,6 @@ class Comparison:
         return (f"{len(self.changed)} changed status ({len(self.regressions)} regression"
                 f"{'' if len(self.regressions) == 1 else 's'}), {len(self.only_new)} only in NEW{failing}, "
                 f"{len(self.only_old)} only in OLD")
-
-
-def compare_runs(old_dir: Path, new_dir: Path, out_dir: Path | None = None) -> Comparison:
-    """Compare `old_dir/results.json` with `new_dir/results.json` and write `compare.html` into `out_dir` (default
-    `new_dir`). Both files are read before anything is written; a missing or unreadable one is a HarnessError.
-    NEW's index.html, which the page links into, is rendered first if it is missing."""
-    from harness.report.compare_page import compare_page
-    from harness.report.html import render_html
-
-    old_dir, new_dir = Path(old_dir), Path(new_dir)
-    out_dir = Path(out_dir) if out_dir is not None else new_dir
-    old_header, old_cases = _load(old_dir, "OLD")
-    new_header, new_cases = _load(new_dir, "NEW")
-    comparison = status_changes(old_cases, new_cases)
-    if not (new_dir / "index.html").exists():
-        comparison.wrote.append(render_html(new_dir))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    comparison.page = out_dir / "compare.html"
-    runs = {"old": (old_dir, old_header, old_cases), "new": (new_dir, new_header, new_cases)}
-    comparison.page.write_text(compare_page(runs, comparison, out_dir), encoding="utf-8")
-    comparison.wrote.append(comparison.page)
-    return comparison
-
-
-def _load(folder: Path, which: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    try:
-        return load(folder)
-    except HarnessError as error:
-        raise HarnessError(f"{which} run ({folder}): {error}") from error
 
 
 def status_changes(old_cases: list[dict[str, Any]], new_cases: list[dict[str, Any]]) -> Comparison:

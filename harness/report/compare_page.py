@@ -13,11 +13,12 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from harness.core.errors import HarnessError
 from harness.report.assets import page
-from harness.report.compare import WARN, Comparison, is_regression, status_tally
-from harness.report.data import BAD, STATUSES, base_slug, status_counts
+from harness.report.compare import WARN, Comparison, is_regression, status_changes, status_tally
+from harness.report.data import ANCHOR, BAD, STATUSES, link, load, status_counts
 from harness.report.embed import Table, script_tag
-from harness.report.script import COMPARE_JS
+from harness.report.html import render_html
 from harness.report.sections import patterns
 
 _HEAD = '<th scope="col">{}</th>'
@@ -35,7 +36,33 @@ class Lists:
         return key
 
     def data(self, index: str | None) -> dict[str, Any]:
-        return {"s": self.strings.values, "lists": self.lists, "index": index}
+        return {"s": self.strings.values, "lists": self.lists, "index": index, "anchor": ANCHOR}
+
+
+def compare_runs(old_dir: Path, new_dir: Path, out_dir: Path | None = None) -> Comparison:
+    """Compare `old_dir/results.json` with `new_dir/results.json` and write `compare.html` into `out_dir` (default
+    `new_dir`). Both files are read before anything is written; a missing or unreadable one is a HarnessError.
+    NEW's index.html, which the page links into, is rendered first if it is missing."""
+    old_dir, new_dir = Path(old_dir), Path(new_dir)
+    out_dir = Path(out_dir) if out_dir is not None else new_dir
+    old_header, old_cases = _load(old_dir, "OLD")
+    new_header, new_cases = _load(new_dir, "NEW")
+    comparison = status_changes(old_cases, new_cases)
+    if not (new_dir / "index.html").exists():
+        comparison.wrote.append(render_html(new_dir))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    comparison.page = out_dir / "compare.html"
+    runs = {"old": (old_dir, old_header, old_cases), "new": (new_dir, new_header, new_cases)}
+    comparison.page.write_text(compare_page(runs, comparison, out_dir), encoding="utf-8")
+    comparison.wrote.append(comparison.page)
+    return comparison
+
+
+def _load(folder: Path, which: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    try:
+        return load(folder)
+    except HarnessError as error:
+        raise HarnessError(f"{which} run ({folder}): {error}") from error
 
 
 def compare_page(runs: dict[str, tuple], comparison: Comparison, out_dir: Path) -> str:
@@ -55,7 +82,7 @@ def compare_page(runs: dict[str, tuple], comparison: Comparison, out_dir: Path) 
         f"{script_tag(lists.data(index), 'compare-data')}"
     )
     title = f"Parity comparison: {comparison.summary()}"
-    return page(title, body, COMPARE_JS)
+    return page(title, body, ("compare.js",))
 
 
 def _changed(comparison: Comparison, index: str | None, lists: Lists) -> str:
@@ -116,7 +143,7 @@ def _badge(value: str) -> str:
 
 def _link(case_id: str, index: str | None) -> str:
     case = f"<code>{escape(case_id)}</code>"
-    return f'<a href="{escape(index)}#{escape(base_slug(case_id))}">{case}</a>' if index else case
+    return f'<a href="{escape(link(index, case_id))}">{case}</a>' if index else case
 
 
 def _case_row(case: dict[str, Any], index: str | None, flag: str) -> str:

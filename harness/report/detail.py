@@ -1,8 +1,8 @@
 """What the server side of a case's detail decides: its badge, and which image paths the page may load.
 
-The detail itself (metrics against tolerance, dispatch and kernels, timings, whole tracebacks, images with their
-scales, the error histogram) is drawn by the page script (script.py) when the case is opened, from the embedded
-records: a full plan's page would otherwise carry thousands of details nobody opens.
+The detail itself (figures against their limits, failed checks, detail blocks by type, pictures, where it breaks,
+communication, how it ran, the whole traceback) is drawn by the page script (static/detail.js) when the case is
+opened, from the embedded records: a full plan's page would otherwise carry thousands of details nobody opens.
 """
 
 from __future__ import annotations

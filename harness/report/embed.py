@@ -1,28 +1,39 @@
 """The records, embedded once in index.html as compact JSON that the page script renders from.
 
-A full plan is 15,600 cases, most of them SKIP rows that differ only in a few repeated strings, and about a
-thousand XFAIL rows with the same few tracebacks. So every string (and every `extra` value) is stored once in a
-table and cases refer to it by index; a case is an array in FIELDS order with its trailing empty fields dropped, and
-a case id that the other fields spell (`model[@shape]/layout/backend/dtype/kind`) is not stored at all.
-Numbers are kept as written in results.json, non-finite ones as the strings "nan", "inf", "-inf".
+A full plan is 22,800 cases, three quarters of them SKIP rows that differ only in a few repeated strings, and
+thousands of XFAIL rows with the same few reasons and tracebacks. So:
+
+- a case is an array in the order of `fields` (CaseResult's own fields and the `cell` text: those every case has
+  first, the others by how many cases have them, the id last), trailing empty fields dropped; the id is left out
+  where the axes spell it (harness.report.axes);
+- each text field has its own string table in `s`: text that repeats in the field is written as its index there,
+  text that occurs once inline (the page reads a number in a text field as an index, a string as the text);
+- a figure is [spec, value, limit, value/limit], its spec ([name, label, 1 for the cell's figure], the same in
+  every case of a kind) an index into `f`, its value, limit and ratio text written in Python
+  (harness.core.figures.written), so the page formats no figure itself; a failed check is [check, subject, value,
+  limit, known issue], at most SHOWN_CHECKS of each check, then [check, "", "", "", "", how many more];
+- each `extra` value is stored once in the value table `v` (pack.py); "other data" (the extra keys no part of the
+  page draws) only for the cases that need a look: for the others only the names of those keys.
 """
 
 from __future__ import annotations
 
 import json
-import math
+from collections import Counter
+from dataclasses import fields
 from typing import Any
 
-from harness.report.detail import safe_relative
+from harness.core import figures
+from harness.core.results import CaseResult
+from harness.report import axes, pack
+from harness.report.data import ANCHOR, ATTENTION, BAD, STATUSES, TEXT
 
-# The order of a case's array. The page script (script.py) reads the same names in the same order.
-FIELDS = ("case_id", "model", "shape", "kind", "layout", "backend", "dtype", "status", "reason", "world_size",
-          "dispatched", "kernels", "comms", "max_abs_err", "mean_abs_err", "max_rel_err", "tolerance", "baseline_err",
-          "err_ratio", "nonfinite", "ssim", "psnr", "seconds", "peak_mem_mb", "loss_err", "grad_err", "worst_param",
-          "first_divergence", "extra")
-STRINGS = frozenset({"model", "shape", "kind", "layout", "backend", "dtype", "status", "reason", "dispatched",
-                     "kernels", "comms", "worst_param", "first_divergence"})
-SPELLED = -1  # the case_id slot when the other fields spell the id
+_LEAD = ("status", "reason", "world_size")  # after the axes: what (nearly) every case has
+FIELDS = (*dict.fromkeys((*axes.names(), *_LEAD, *(f.name for f in fields(CaseResult)), "cell")),)
+CODED = (*TEXT, "cell", "figures", "evidence", "extra")  # the fields with a string table of their own
+SHOWN_CHECKS = 10  # failed checks of one check embedded per case (each one's worst first); results.json has all
+DRAWN = frozenset({"traceback", "images", "blocks", "localization", "localization_error", "comms",
+                   "peak_mem_mb_per_rank"})  # the extra keys static/detail.js draws; the others are "other data"
 
 
 class Table:
@@ -39,71 +50,135 @@ class Table:
             self.values.append(value)
         return self._seen[key]
 
+    def __contains__(self, value: Any) -> bool:
+        return isinstance(value, str) and value in self._seen
 
-def spelled_id(case: dict[str, Any]) -> str:
-    """The id the plan gives a case with these fields (harness.run.plan.Case.case_id, without a fault suffix)."""
-    model = case["model"] if case["shape"] == "default" else f"{case['model']}@{case['shape']}"
-    return f"{model}/{case['layout']}/{case['backend']}/{case['dtype']}/{case['kind']}"
+
+class _Text(str):
+    """Text of a field, written inline or as an index into the field's string table once every case is encoded."""
+
+    field = ""
+
+    @classmethod
+    def of(cls, field: str, text: Any) -> _Text:
+        out = cls("" if text is None else str(text))
+        out.field = field
+        return out
+
+
+def order(cases: list[dict[str, Any]]) -> list[str]:
+    """FIELDS as a case's array has them: the axes and what every case has first, then the others by how many cases
+    have them (so that a case's empty fields trail and are dropped), the id last (most cases leave it out)."""
+    lead = [*axes.names(), *_LEAD]
+    rest = [name for name in FIELDS if name not in lead and name != "case_id"]
+    held = Counter(name for case in cases for name in rest if _held(case, name))
+    return [*lead, *sorted(rest, key=lambda name: -held[name]), "case_id"]
+
+
+def _held(case: dict[str, Any], name: str) -> bool:
+    return bool(figures.cell(case["figures"])) if name == "cell" else case[name] not in (None, "", [], {})
 
 
 def encode(cases: list[dict[str, Any]], groups: dict[str, list[int]]) -> dict[str, Any]:
-    """{"s": strings, "v": extra values, "c": one array per case, "g": group name -> case indices}."""
-    strings, values = Table(), Table()
-    rows = [_row(case, strings, values) for case in cases]
-    return {"s": strings.values, "v": values.values, "c": rows, "g": groups}
+    """The page's data: the axes and statuses it filters on, the tables, one array per case, the groups."""
+    specs, values, names = Table(), Table(), order(cases)
+    rows = [_row(case, names, specs, values) for case in cases]
+    counts = Counter((text.field, str(text)) for row in rows for text in _texts(row))
+    strings = {name: Table() for name in CODED}
+    for (name, text), count in counts.items():
+        if count > 1:
+            strings[name].index(text)
+    return {"axes": list(axes.axes()), "matrix": axes.matrix(), "fields": names, "text": [*TEXT, "cell"],
+            "statuses": list(STATUSES), "bad": sorted(BAD), "attention": list(ATTENTION), "anchor": ANCHOR,
+            "drawn": sorted(DRAWN),
+            "s": {name: table.values for name, table in strings.items()}, "f": specs.values, "v": values.values,
+            "c": [_resolve(row, strings) for row in rows], "g": groups}
 
 
-def _row(case: dict[str, Any], strings: Table, values: Table) -> list[Any]:
+def _row(case: dict[str, Any], names: list[str], specs: Table, values: Table) -> list[Any]:
+    own = case["status"] in ATTENTION or case["status"] not in STATUSES  # a case that needs a look: all its data
     row: list[Any] = []
-    for name in FIELDS:
-        value = case.get(name)
+    for name in names:
         if name == "case_id":
-            value = SPELLED if value == spelled_id(case) else strings.index(value)
+            value = None if case["case_id"] == axes.spell(case) else _Text.of(name, case["case_id"])
+        elif name == "cell":
+            value = _Text.of(name, figures.cell(case["figures"])) if case["figures"] else None
+        elif name in TEXT:
+            value = _Text.of(name, case[name]) if case[name] else None
+        elif name == "figures":
+            value = [_figure(figure, specs) for figure in case["figures"]] or None
+        elif name == "evidence":
+            value = _evidence(case["evidence"]) or None
         elif name == "extra":
-            value = _extra(_own(value, case), strings, values) or None
-        elif name in STRINGS:
-            value = strings.index(value or "")
-        row.append(finite(value))
-    while row and row[-1] is None:
+            value = _extra(case["extra"], values, own) or None
+        else:
+            value = pack.rounded(pack.finite(case[name]))
+        row.append(value)
+    return _trimmed(row)
+
+
+def _trimmed(row: list[Any]) -> list[Any]:
+    while row and row[-1] in (None, ""):
         row.pop()
     return row
 
 
-def _own(extra: dict[str, Any], case: dict[str, Any]) -> dict[str, Any]:
-    """`extra` without the ssim/psnr copies data.load made of the columns (embedded once, as columns)."""
-    return {key: value for key, value in extra.items() if not (key in ("ssim", "psnr") and value == case.get(key))}
+def _figure(figure: dict[str, Any], specs: Table) -> list[Any]:
+    """[spec, value, limit, value/limit] with the texts written as the figure's format writes them."""
+    name = figure.get("name", "")
+    spec = specs.index([name, figure.get("label") or name, 1 if figure.get("cell") else 0])
+    limit = figure.get("limit")
+    out = [spec, _Text.of("figures", pack.written(figure))]
+    if limit is not None:
+        out += [_Text.of("figures", pack.written({**figure, "value": limit})),
+                _Text.of("figures", pack.ratio(figure.get("value"), limit))]
+    return _trimmed(out)
 
 
-def _extra(extra: dict[str, Any], strings: Table, values: Table) -> list[int]:
-    """[key, value, key, value, ...] as table indices; image paths a page must not load are dropped here."""
-    out: list[int] = []
-    for key, value in extra.items():
-        if key == "images":
-            value = _safe_images(value)
-            if not value:
-                continue
-        elif key == "abs_err_hist" and isinstance(value, dict):  # the edges repeat, the counts do not
-            value = {**value, "edges": values.index(value.get("edges"))}
-        out += [strings.index(str(key)), values.index(finite(value))]
+def _evidence(items: list[dict[str, Any]]) -> list[list[Any]]:
+    """Each check's first SHOWN_CHECKS items (the worst, as the judge orders them), then how many more it has."""
+    out, seen = [], Counter()
+    for item in items:
+        check = item.get("check") or ""
+        seen[check] += 1
+        if seen[check] <= SHOWN_CHECKS:
+            texts = [item.get("check"), item.get("subject"), pack.number(item.get("value")),
+                     pack.number(item.get("limit")), item.get("known")]
+            out.append(_trimmed([_Text.of("evidence", text) for text in texts]))
+    for check, count in seen.items():
+        if count > SHOWN_CHECKS:
+            out.append([*(_Text.of("evidence", text) for text in (check, "", "", "", "")), count - SHOWN_CHECKS])
     return out
 
 
-def finite(value: Any) -> Any:
-    """JSON has no NaN or Infinity (JSON.parse rejects them): non-finite floats become "nan", "inf", "-inf"."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(key): finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(item) for item in value]
+def _extra(extra: dict[str, Any], values: Table, own: bool) -> list[Any]:
+    """[key, value index, ...]; "other data" only when `own`, else its keys as one text at the end (an array of odd
+    length); unsafe image paths dropped."""
+    out: list[Any] = []
+    left = [key for key in extra if key not in DRAWN and not own]
+    for key, value in extra.items():
+        value = pack.safe(key, value) if key not in left else None
+        if value is not None:
+            out += [_Text.of("extra", key), values.index(pack.packed(pack.finite(value), values))]
+    return [*out, _Text.of("extra", ", ".join(left))] if left else out
+
+
+def _texts(value: Any):
+    if isinstance(value, _Text):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _texts(item)
+
+
+def _resolve(value: Any, strings: dict[str, Table]) -> Any:
+    """Each text as its index in its field's string table when it repeats there, else inline."""
+    if isinstance(value, _Text):
+        table = strings[value.field]
+        return table.index(str(value)) if str(value) in table else str(value)
+    if isinstance(value, list):
+        return [_resolve(item, strings) for item in value]
     return value
-
-
-def _safe_images(images: Any) -> dict[str, str]:
-    if not isinstance(images, dict):
-        return {}
-    safe = {str(name): safe_relative(path) for name, path in images.items()}
-    return {name: path for name, path in safe.items() if path is not None}
 
 
 def script_tag(data: dict[str, Any], element_id: str = "report-data") -> str:

@@ -1,9 +1,10 @@
 """`index.html`: one self-contained page rendered from results.json, readable offline, in CI artifacts and on paper.
 
-It stays light on a full plan (15,600 cases): the records are embedded once as compact JSON (embed.py) and the page
-script draws a case's detail only when it is opened, and a model's matrix only when its section is opened. The
-HTML itself holds what a reviewer reads first: the counts, the failing cases with their reasons, and the other
-cases summarised by reason (sections.py).
+It stays light on a full plan (22,800 cases): the records are embedded once as compact JSON (embed.py) and the page
+script (static/*.js) draws a case's detail only when it is opened, and a model's matrix only when its section is
+opened. The HTML itself holds what a reviewer reads first: the counts, the failing cases with their reasons, and the
+other cases summarised by reason (sections.py). The filters and the matrix follow the axes (axes.py), the status
+order `Status`'s.
 """
 
 from __future__ import annotations
@@ -12,16 +13,22 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from harness.core.results import Status
+from harness.report import axes
 from harness.report.assets import page
-from harness.report.data import BAD, FILTER_KEYS, STATUSES, load, plain, slugs, status_counts, unique
+from harness.report.data import BAD, STATUSES, load, ordered_statuses, plain, status_counts, unique
 from harness.report.detail import badge
 from harness.report.embed import encode, script_tag
-from harness.report.script import JS
 from harness.report.sections import Lists, attention_section, group_section, split
 
 __all__ = ["render_html", "render_page"]
 
+ALWAYS_COUNTED = (Status.PASS.value, Status.FAIL.value)  # a count button even at 0: a run with none says so
 ENV_KEYS = ("torch", "diffusers", "diffusers_commit", "python", "device")
+SCRIPTS = ("format.js", "charts.js", "detail.js", "matrix.js", "report.js")  # static/, in this order
+# What a page is for, from `header["purpose"]` (harness.run.selftest sets "selftest"): a banner on how to read it.
+PURPOSES = {"selftest": "Selftest page: every case here carries a deliberate bug (a negative control), so FAIL is the "
+                        "expected outcome; a PASS or an XPASS means a bug went unnoticed."}
 DIFFERS = ' class="differs"'
 NAV = (("failing", "Needs a look"), ("known-issues", "Known issues"), ("skipped", "Skipped"),
        ("passing", "Passing"), ("matrix", "Matrix"), ("details", "Opened cases"), ("environment", "Environment"))
@@ -40,7 +47,6 @@ def render_html(report_dir: Path) -> Path:
 
 def render_page(header: dict[str, Any], cases: list[dict[str, Any]]) -> str:
     """The whole document as a string, so tests and other writers need no files."""
-    anchors = slugs(cases)
     counts = status_counts(cases)
     lists = split(cases)
     bad = sum(counts.get(status, 0) for status in BAD)
@@ -49,18 +55,19 @@ def render_page(header: dict[str, Any], cases: list[dict[str, Any]]) -> str:
         f"<header><h1>Parity report</h1><p class=\"sub\">{_run_line(header, cases)}</p>{_time(header)}{_nav()}"
         "</header>",
         _mismatch_banner(header),
+        _purpose_banner(header),
         _counts(counts),
         _filters(cases),
         '<noscript><p class="banner">The matrix and the case details are drawn by this page\'s script: with '
         "JavaScript off, the lists below and matrix.csv beside this file still hold every case.</p></noscript>",
-        attention_section(cases, lists.attention, anchors),
+        attention_section(cases, lists.attention),
         '<section id="details" hidden><h2>Opened cases</h2><div id="opened"></div></section>',
         _lists(lists, cases),
         _matrix(cases),
         _environment(header, cases),
         script_tag(encode(cases, lists.groups())),
     ])
-    return page(title, body, JS)
+    return page(title, body, SCRIPTS)
 
 
 def _nav() -> str:
@@ -107,6 +114,11 @@ def _mismatch_banner(header: dict[str, Any]) -> str:
     return f'<div class="banner" role="alert">\u26a0 Reference mismatch: {escape(text)}</div>'
 
 
+def _purpose_banner(header: dict[str, Any]) -> str:
+    text = PURPOSES.get(str(header.get("purpose") or ""))
+    return f'<div class="banner purpose" role="note">{escape(text)}</div>' if text else ""
+
+
 def _environment(header: dict[str, Any], cases: list[dict[str, Any]]) -> str:
     env = header.get("environment") or {}
     ref = header.get("reference_environment") or {}
@@ -151,21 +163,21 @@ def _counts(counts: dict[str, int]) -> str:
     """Per-status totals; each is a button that filters to that status."""
     buttons = "".join(
         f'<button type="button" class="count s-{escape(status)}" data-set-status="{escape(status)}" '
-        f'title="show only {escape(status)}"><b>{count}</b>{escape(status)}</button>'
-        for status, count in counts.items() if count or status in ("PASS", "FAIL")
+        f'data-total="{count}" title="show only {escape(status)}"><b>{count}</b>{escape(status)}'
+        '<span class="of"></span></button>'
+        for status, count in counts.items() if count or status in ALWAYS_COUNTED
     )
     return f'<section id="summary"><h2>Results</h2><div class="counts">{buttons}</div></section>'
 
 
 def _filters(cases: list[dict[str, Any]]) -> str:
-    """Real form controls, so the filters work from the keyboard and with screen readers."""
-    selects = []
-    for key in FILTER_KEYS:
-        values = unique(c[key] for c in cases)
-        if key == "status":
-            values = [s for s in STATUSES if s in values] + [v for v in values if v not in STATUSES]
-        options = "".join(f'<option value="{escape(v)}">{escape(v)}</option>' for v in values)
-        selects.append(f'<label>{key} <select name="{key}"><option value="">all</option>{options}</select></label>')
+    """Real form controls, so the filters work from the keyboard and with screen readers: the status and every axis
+    on which the cases differ."""
+    selects = [_select("status", ordered_statuses(c["status"] for c in cases))]
+    for name in axes.names():
+        values = unique(c[name] for c in cases)
+        if len(values) > 1:
+            selects.append(_select(name, values))
     return (
         '<form id="filters" role="search" aria-label="filter cases">'
         + "".join(selects)
@@ -178,37 +190,40 @@ def _filters(cases: list[dict[str, Any]]) -> str:
     )
 
 
+def _select(name: str, values: list[str]) -> str:
+    options = "".join(f'<option value="{escape(v)}">{escape(v)}</option>' for v in values)
+    return (f'<label>{escape(name)} <select name="{escape(name)}"><option value="">all</option>{options}</select>'
+            "</label>")
+
+
 def _matrix(cases: list[dict[str, Any]]) -> str:
-    """One closed section per model, models with a failing case first and open; the script draws a model's table
-    (rows layout x backend, columns shape x kind x dtype) when its section is first opened."""
+    """One closed section per value of the section axis (a model), those with a failing case first and open; the
+    script draws a section's table (rows and columns from axes.matrix) when it is first opened."""
     if not cases:
         return '<section id="matrix"><h2>Matrix</h2><p class="none">No cases in this run.</p></section>'
-    by_model: dict[str, list[str]] = {}
+    layout = axes.matrix()
+    key = layout["section"][0] if layout["section"] else None
+    by_section: dict[str, list[str]] = {}
     for case in cases:
-        by_model.setdefault(case["model"], []).append(case["status"])
-    failing = [model for model, statuses in by_model.items() if BAD.intersection(statuses)]
-    order = failing + [model for model in by_model if model not in failing]
-    sections = "".join(_model(model, by_model[model], model in failing) for model in order)
+        by_section.setdefault(case[key] if key else "", []).append(case["status"])
+    failing = [value for value, statuses in by_section.items() if BAD.intersection(statuses)]
+    order = failing + [value for value in by_section if value not in failing]
+    sections = "".join(_section(value, by_section[value], value in failing) for value in order)
     legend = "".join(badge(s) for s in STATUSES)
     return (
-        f'<section id="matrix"><h2>Matrix by model ({len(order)} models, {len(failing)} with failures)</h2>'
-        f'<div class="legend">{legend}<span class="muted">rows layout and backend, columns shape, kind and dtype; '
-        "cell: status, then max abs error (SSIM for image cases); hover for the reason, click or Enter for "
-        "details, arrow keys move between cells. Rows and columns in which every case is SKIP are left out "
-        f"unless asked for above.</span></div>{sections}"
+        f'<section id="matrix"><h2>Matrix by {escape(key or "run")} ({len(order)} {escape(key or "run")}'
+        f'{"" if len(order) == 1 else "s"}, {len(failing)} with failures)</h2>'
+        f'<div class="legend">{legend}<span class="muted">rows {escape(" x ".join(layout["row"]))}, columns '
+        f'{escape(" x ".join(layout["column"]))}; cell: status, then the case\'s key figure; hover for the reason, '
+        "click or Enter for details, arrow keys move between cells. Rows and columns in which every case is SKIP "
+        f"are left out unless asked for above.</span></div>{sections}"
         '<p class="none no-match" hidden>No case matches the filters.</p></section>'
     )
 
 
-def _model(model: str, statuses: list[str], open_: bool) -> str:
-    tally = {status: statuses.count(status) for status in unique(statuses)}
-    counts = " ".join(f'<span class="badge s-{escape(s)}">{n} {escape(s)}</span>'
-                      for s, n in sorted(tally.items(), key=lambda item: _order(item[0])))
-    return (f'<details class="model" data-model="{escape(model)}"{" open" if open_ else ""}><summary>'
-            f'<b class="model-name">{escape(model)}</b> <span class="muted">{len(statuses)} cases</span> {counts}'
-            '</summary><div class="model-body"></div></details>')
-
-
-def _order(status: str) -> int:
-    ranking = ("FAIL", "ERROR", "TIMEOUT", "XFAIL", "PASS", "SKIP")
-    return ranking.index(status) if status in ranking else -1
+def _section(value: str, statuses: list[str], open_: bool) -> str:
+    tally = {status: statuses.count(status) for status in ordered_statuses(statuses)}
+    counts = " ".join(f'<span class="badge s-{escape(s)}">{n} {escape(s)}</span>' for s, n in tally.items())
+    return (f'<details class="section" data-section="{escape(value)}"{" open" if open_ else ""}><summary>'
+            f'<b class="section-name">{escape(value)}</b> <span class="muted">{len(statuses)} cases</span> {counts}'
+            '</summary><div class="section-body"></div></details>')

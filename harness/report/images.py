@@ -21,25 +21,37 @@ THUMB_BOX = (96, 32)  # most width, height of a thumbnail: a 64x64 picture -> 32
 def prune_images(result: CaseResult, images_dir: Path, policy: str = "failing") -> None:
     """Keep every PNG of a failing case (or with policy "all"); for any other case replace them by one thumbnail.
 
-    The thumbnail is the candidate shrunk to fit THUMB_BOX, named after its content (`thumb-<hash>.png`), so the
+    The pictures are `extra["images"]` and the `images` of each images block (harness.core.figures.images). The
+    thumbnail is the candidate shrunk to fit THUMB_BOX, named after its content (`thumb-<hash>.png`), so the
     identical pictures of many passing cases share one file. A case without recorded images, or whose candidate
-    PNG is missing, keeps no image at all."""
+    PNG is missing, keeps no image at all (and an images block that held them goes)."""
     if policy not in POLICIES:
         raise ValueError(f"images policy {policy!r}: expected one of {', '.join(POLICIES)}")
-    images = result.extra.get("images")
-    if policy == "all" or result.status.is_bad or not isinstance(images, dict):
+    if policy == "all" or result.status.is_bad:
         return
     images_dir = Path(images_dir)
-    files = {name: images_dir / PurePosixPath(str(path)).name for name, path in images.items()}
+    blocks = result.extra.get("blocks") if isinstance(result.extra.get("blocks"), list) else []
+    holders = [result.extra] + [block for block in blocks if isinstance(block, dict) and block.get("type") == "images"]
+    for holder in holders:
+        if isinstance(holder.get("images"), dict):
+            _prune(holder, images_dir)
+    if blocks:
+        result.extra["blocks"] = [block for block in blocks if not (isinstance(block, dict) and block.get("type") ==
+                                                                    "images" and "images" not in block)]
+
+
+def _prune(holder: dict, images_dir: Path) -> None:
+    """`holder["images"]` (role -> path) down to the candidate's thumbnail, or gone without a candidate."""
+    files = {name: images_dir / PurePosixPath(str(path)).name for name, path in holder["images"].items()}
     candidate = files.get("candidate")
     thumb = _thumbnail(candidate, images_dir) if candidate is not None and candidate.is_file() else None
     for path in files.values():
         if path != thumb:
             path.unlink(missing_ok=True)
     if thumb is None:
-        result.extra.pop("images")
+        holder.pop("images")
         return
-    result.extra["images"] = {"thumbnail": f"{images_dir.name}/{thumb.name}"}
+    holder["images"] = {"thumbnail": f"{images_dir.name}/{thumb.name}"}
 
 
 def _thumbnail(candidate: Path, images_dir: Path) -> Path:

@@ -7,6 +7,7 @@ case by id, and the other statuses grouped by reason.
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -16,6 +17,7 @@ import pandas as pd
 from harness.core import figures
 from harness.core.records import Case
 from harness.core.results import CaseResult, Status
+from harness.report.data import OBSERVED, anchor, link
 from harness.report.idsets import describe
 
 # Around the figures, which are each kind's own (a column per figure name, in the kinds' order: harness.core.figures).
@@ -24,6 +26,7 @@ TRAILING = ["first_divergence", "dispatched", "kernels", "comms", "reason", "sec
 WIDTH = 120  # terminal columns every line of `terminal()` fits in
 _INDEX_MAX, _CELL_MAX = 40, 24  # caps that keep one label plus one cell under WIDTH whatever the names
 _REASON_MAX = 300  # Markdown reason cells; the whole text is in index.html
+_REASON_LINES = 4  # terminal lines of a failing case's reason
 
 
 def csv_columns(results: list[CaseResult]) -> list[str]:
@@ -98,9 +101,10 @@ def _row(result: CaseResult) -> str:
     return _clip(f"{result.layout}/{result.backend}", _INDEX_MAX)
 
 
-def terminal(results: list[CaseResult], width: int = WIDTH) -> str:
+def terminal(results: list[CaseResult], width: int = WIDTH, page: str | None = None) -> str:
     """One block per model (rows layout/backend, columns dtype and kind), columns wrapped to `width`; then every
-    failing case with its reason, then the counts. SKIP cases stay out of the grid unless nothing else ran."""
+    failing case with its reason (wrapped) and, given the report `page`, the link that opens it there; then the
+    counts. SKIP cases stay out of the grid unless nothing else ran."""
     shown = [r for r in results if r.status is not Status.SKIP] or results
     lines: list[str] = []
     everything = _by(results, lambda r: r.model)
@@ -110,12 +114,30 @@ def terminal(results: list[CaseResult], width: int = WIDTH) -> str:
     if failing:
         lines.append(f"failing ({len(failing)}):")
         for r in failing:
-            lines.append(_clip(f"  {r.status.value:7s} {r.case_id}  {_one_line(r.reason)}", width))
-            if r.first_divergence:
-                lines.append(_clip(f"          first divergence: {r.first_divergence}", width))
+            lines += _failing(r, width, page)
         lines.append("")
     lines.append(counts_line(results) or "(no cases)")
     return "\n".join(lines)
+
+
+def _failing(result: CaseResult, width: int, page: str | None) -> list[str]:
+    """A failing case: status, id and reason wrapped within `width` (at most _REASON_LINES lines, the whole reason is
+    the page's), its first divergence, and the link that opens it on the page."""
+    head, indent = f"  {result.status.value:7s} {result.case_id}", " " * 10
+    reason = _one_line(result.reason)
+    if len(head) + 2 + min(len(reason), 20) > width:  # a long id: the reason starts on the next line
+        lines, first = [_clip(head, width)], indent
+    else:
+        lines, first = [], head + "  "
+    lines += textwrap.wrap(reason, width, initial_indent=first, subsequent_indent=indent, max_lines=_REASON_LINES,
+                           placeholder=" [...]", break_long_words=True, break_on_hyphens=False) or [head]
+    if result.first_divergence:
+        lines.append(_clip(f"{indent}first divergence: {result.first_divergence}", width))
+    if page:
+        url = link(page, result.case_id)
+        lines.append(f"{indent}{url}" if len(indent) + len(url) <= width else _clip(f"{indent}#{anchor(result.case_id)}"
+                                                                                     f" in {page}", width))
+    return lines
 
 
 def _block(title: str, group: list[CaseResult], width: int) -> list[str]:
@@ -170,9 +192,8 @@ def _grouped_table(title: str, results: list[CaseResult], key: Callable[[CaseRes
 
 
 def _known_issue(result: CaseResult) -> str:
-    """The known issue an XFAIL matched, without the observed error text that differs case by case
-    (harness.run.verdict.apply_known_issues writes "<issue>; observed <error>")."""
-    return result.reason.split("; observed ", 1)[0]
+    """The known issue an XFAIL matched, without the observed error text that differs case by case."""
+    return result.reason.split(OBSERVED, 1)[0]
 
 
 def markdown(results: list[CaseResult], header_lines: list[str] = ()) -> str:

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Any
 
-from harness.report.data import BAD, STATUSES, issue_of, key_number, shown_status
+from harness.core import figures
+from harness.report.data import ATTENTION, STATUSES, anchor, issue_of
 from harness.report.detail import badge
 from harness.report.idsets import compact
 
-ATTENTION = (*(status for status in STATUSES if status in BAD), "XPASS")  # XPASS: a known issue to remove
 PATTERN_CHARS = 1200  # past this many characters of id patterns a group says how many more there are
 
 
@@ -46,10 +46,10 @@ def split(cases: list[dict[str, Any]]) -> Lists:
     """Failing and XPASS cases first (in that order of status, then plan order); XFAIL by known issue, SKIP by
     reason, PASS with a note by note, plain PASS by model; the biggest group first."""
     attention = sorted((i for i, case in enumerate(cases) if _needs_a_look(case)),
-                       key=lambda i: _rank(shown_status(cases[i])))
+                       key=lambda i: _rank(cases[i]["status"]))
     xfail, skip, noted, plain = {}, {}, {}, {}
     for i, case in enumerate(cases):
-        status = shown_status(case)
+        status = case["status"]
         if status == "XFAIL":
             xfail.setdefault(issue_of(case), []).append(i)
         elif status == "SKIP":
@@ -63,8 +63,7 @@ def split(cases: list[dict[str, Any]]) -> Lists:
 
 
 def _needs_a_look(case: dict[str, Any]) -> bool:
-    status = shown_status(case)
-    return status in ATTENTION or status not in STATUSES
+    return case["status"] in ATTENTION or case["status"] not in STATUSES
 
 
 def _rank(status: str) -> int:
@@ -76,29 +75,28 @@ def _groups(prefix: str, members: dict[str, list[int]], by_size: bool = True) ->
     return [Group(f"{prefix}{n}", title, indices) for n, (title, indices) in enumerate(items)]
 
 
-def attention_section(cases: list[dict[str, Any]], indices: list[int], anchors: list[str]) -> str:
-    """One row per failing or XPASS case: status, id (opens the detail), its key number and its whole reason."""
-    tally = {}
+def attention_section(cases: list[dict[str, Any]], indices: list[int]) -> str:
+    """One row per failing or XPASS case: status, id (opens the detail), its key figure and its whole reason."""
+    tally: dict[str, int] = {}
     for i in indices:
-        tally[shown_status(cases[i])] = tally.get(shown_status(cases[i]), 0) + 1
+        tally[cases[i]["status"]] = tally.get(cases[i]["status"], 0) + 1
     counts = ", ".join(f"{n} {status}" for status, n in tally.items())
     heading = f"<h2>Needs a look ({len(indices)}{': ' + escape(counts) if counts else ''})</h2>"
     if not indices:
         return (f'<section id="failing">{heading}<p class="none">Nothing failed and no known issue stopped '
                 "reproducing.</p></section>")
-    rows = "".join(case_row(cases[i], i, anchors[i]) for i in indices)
+    rows = "".join(case_row(cases[i], i) for i in indices)
     return (f'<section id="failing">{heading}<table class="cases"><thead><tr><th scope="col">status</th>'
-            '<th scope="col">case</th><th scope="col">max abs / SSIM</th><th scope="col">reason</th></tr></thead>'
+            '<th scope="col">case</th><th scope="col">key figure</th><th scope="col">reason</th></tr></thead>'
             f'<tbody>{rows}</tbody></table><p class="none no-match" hidden>No case here matches the filters.</p>'
             "</section>")
 
 
-def case_row(case: dict[str, Any], index: int, slug: str) -> str:
-    """The same row the page script draws in an opened group (script.py `caseRow`), so both look alike."""
-    status = shown_status(case)
-    return (f'<tr class="case-row" data-i="{index}"><td>{badge(status)}</td>'
-            f'<td><a class="case-link" href="#{escape(slug)}"><code>{escape(case["case_id"])}</code></a></td>'
-            f'<td class="n">{escape(key_number(case))}</td>'
+def case_row(case: dict[str, Any], index: int) -> str:
+    """The same row the page script draws in an opened group (static/report.js `caseRow`), so both look alike."""
+    return (f'<tr class="case-row" data-i="{index}"><td>{badge(case["status"])}</td>'
+            f'<td><a class="case-link" href="#{escape(anchor(case["case_id"]))}"><code>{escape(case["case_id"])}'
+            f'</code></a></td><td class="n">{escape(figures.cell(case["figures"]))}</td>'
             f'<td><div class="reason-cell">{escape(case["reason"])}</div></td></tr>')
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.core.errors import HarnessError
 from harness.core.header import RunHeader
-from harness.core.results import CaseResult
+from harness.core.results import CaseResult, cases_of
 from harness.report import matrix
 from harness.report.idsets import describe
 from harness.report.write import write_reports
@@ -58,7 +58,7 @@ def _read(folder: Path) -> Part:
     path = folder / "results.json"
     try:
         payload = json.loads(path.read_text())
-        results = [CaseResult.from_dict(case) for case in payload["cases"]]
+        results = [CaseResult.from_dict(case) for case in cases_of(payload)]
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise HarnessError(f"{path}: not a readable results.json ({error}); pass the folders that "
                            "`harness run --shard K/N` wrote (their --report-dir)") from None

@@ -106,7 +106,7 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     (report_dir / PARTIAL).unlink(missing_ok=True)
     if header.version_mismatch:
         echo(f"note: {header.version_mismatch}")
-    echo(matrix.terminal(results))
+    echo(matrix.terminal(results, page=str(report_dir / "index.html")))
     echo(f"reports: {report_dir / 'index.html'}, {report_dir / 'matrix.csv'}, {report_dir / 'matrix.md'}")
     echo(timing.time_line(header.time_breakdown))
     failed = any(r.status.is_failure(settings.xfail_strict) for r in results)

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.core.errors import HarnessError
-from harness.report.compare import changed_markdown, compare_runs, status_tally
+from harness.report.compare import changed_markdown, status_tally
+from harness.report.compare_page import compare_runs
 from harness.versions.sides import key_figure, results, status_line
 
 MOST_REPROS = 20  # scripts written per side; more FAILs are listed by the matrix

@@ -16,8 +16,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from harness.core.errors import HarnessError
-from harness.versions.bisect import Echo, Search, Step, ends, finish
 from harness.versions.revisions import Revision, checkout, git
+from harness.versions.search import Echo, Search, Step, ends, finish
 
 _GIT_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX", "GIT_COMMON_DIR")
 

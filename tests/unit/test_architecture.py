@@ -1,5 +1,6 @@
-"""The shape of the code, checked: no upward imports between the layers, the rank side and the orchestrator apart,
-only the orchestrator launching processes, and no code outside `harness/kinds/` branching on a kind's name."""
+"""The shape of the code, checked: no upward imports between the layers, no import circles, the rank side and the
+orchestrator apart, only the orchestrator launching processes, no code outside `harness/kinds/` branching on a kind's
+name, and the views (harness/report: its Python, its page scripts and stylesheet) naming no kind and no figure."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harness"
 # rank) and the orchestrator share layer 4 and must not import each other.
 LAYERS = [
     ("harness", "harness.core"),
+    ("harness.report",),  # the views: results.json in, pages and text out (imports harness.core only)
     ("harness.catalogue",),
-    ("harness.rank", "harness.report"),
+    ("harness.rank",),
     ("harness.kinds",),
     ("harness.engine", "harness.run", "harness.versions"),  # versions: across diffusers revisions, over `harness run`
     ("harness.cli", "harness.plugin", "harness.__main__"),
@@ -78,7 +80,7 @@ def test_the_rank_side_and_the_orchestrator_do_not_import_each_other():
         for target in {_existing(t, modules) for t in imports} - {None}:
             sides = {side for side in ("harness.run", "harness.engine") if f"{name}.".startswith(side + ".")}
             other = {side for side in ("harness.run", "harness.engine") if f"{target}.".startswith(side + ".")}
-            if _layer(name) == _layer(target) == 4 and sides and other and sides != other:
+            if _layer(name) == _layer(target) == _layer("harness.run") and sides and other and sides != other:
                 crossing.append(f"{name} -> {target}")
     assert crossing == []
 
@@ -101,3 +103,111 @@ def test_no_code_outside_the_kind_modules_branches_on_a_kind_name():
              for path in PACKAGE.rglob("*.py") if "kinds" not in path.relative_to(PACKAGE).parts
              for number, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
     assert found == []
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iteratively)."""
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(start: str) -> None:
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter[0]
+        counter[0] += 1
+        stack.append(start)
+        on.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter[0]
+                    counter[0] += 1
+                    stack.append(child)
+                    on.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the modules it imports, lazy imports inside functions included."""
+    modules = _modules()
+    return {name: {_existing(t, modules) for t in imports} - {None, name} for name, imports in modules.items()}
+
+
+def test_no_import_circles():
+    assert _circles(_graph()) == []
+
+
+def test_the_circle_check_finds_a_circle():
+    """The control: two modules importing each other (compare.py and compare_page.py did) form a circle."""
+    graph = {**_graph(), "harness.report.compare": {"harness.report.compare_page"},
+             "harness.report.compare_page": {"harness.report.compare"}}
+    assert ["harness.report.compare", "harness.report.compare_page"] in _circles(graph)
+
+
+def test_the_views_import_only_the_core():
+    """harness/report renders results.json: it needs the records and figures (harness.core), never a kind, the
+    rank side or the orchestrator."""
+    graph = _graph()
+    reaching = {f"{name} -> {target}" for name, targets in graph.items() if name.startswith("harness.report")
+                for target in targets if not target.startswith(("harness.core", "harness.report"))}
+    assert reaching == set()
+
+
+def _view_files() -> list[Path]:
+    report = PACKAGE / "report"
+    return sorted([*report.rglob("*.py"), *report.rglob("*.js"), *report.rglob("*.css")])
+
+
+def _names() -> tuple[set[str], set[str]]:
+    from harness.kinds import KINDS
+
+    figures = {spec.name for kind in KINDS.values() for spec in kind.figures}
+    return set(KINDS), figures
+
+
+def _naming(text: str, kinds: set[str], figures: set[str]) -> list[str]:
+    """A kind's name as a string (`"train"`, `'image'`) or a figure's name as a word (`max_abs_err`, `ssim`)."""
+    kind_names, figure_names = "|".join(map(re.escape, sorted(kinds))), "|".join(map(re.escape, sorted(figures)))
+    kind = re.compile(rf"""["']({kind_names})["']""")
+    figure = re.compile(rf"(?<![\w-])({figure_names})(?![\w-])")
+    return [match.group(0) for line in text.splitlines() for match in (*kind.finditer(line), *figure.finditer(line))]
+
+
+def test_no_view_names_a_kind_or_a_figure():
+    """CSV, Markdown, terminal, index.html and compare.html render what a case holds: the report package's Python,
+    JavaScript and CSS name no kind (a new kind needs no view change) and no figure of any kind (a new figure
+    neither)."""
+    kinds, figures = _names()
+    assert kinds and figures
+    found = [f"{path.relative_to(PACKAGE.parent)}: {name}" for path in _view_files()
+             for name in _naming(path.read_text(), kinds, figures)]
+    assert found == []
+
+
+def test_the_naming_check_sees_a_name():
+    """The control: the old page script's branch and metric reads are caught, in JS as in Python."""
+    kinds, figures = _names()
+    assert _naming('if (c.kind === "train") { rows.push(c.grad_err); }', kinds, figures) == ['"train"', "grad_err"]
+    assert _naming("key = case.get('ssim') or case['max_abs_err']", kinds, figures) == ["ssim", "max_abs_err"]
+    assert _naming(".img-ssim_map { } /* the image kinds */", kinds, figures) == []

@@ -134,3 +134,29 @@ def test_load_reads_what_write_results_writes(tmp_path):
     _run(tmp_path, {"a/ring2/native/fp32/tensor": "PASS"})
     header, cases = load(tmp_path)
     assert header["started"] == "today" and cases[0]["status"] == "PASS" and cases[0]["kernels"] == ""
+
+
+def test_tracebacks_are_stored_once_and_every_reader_resolves_them(tmp_path):
+    """results.json writes each distinct traceback once (`tracebacks`) and an index in the case; read_results,
+    the report's load and CaseResult.from_dict with the table give the text back. Without the table the index is
+    refused, not taken for a traceback (the control)."""
+    import json
+
+    from harness.core.results import read_results
+
+    shared, own = "Traceback (most recent call last):\n  ValueError: shared", "Traceback:\n  own"
+    results = [_result(f"a/ring{n}/native/fp32/tensor", "XFAIL") for n in (2, 4, 8)]
+    results.append(_result("b/ring2/native/fp32/tensor", "ERROR"))
+    for result in results[:3]:
+        result.extra["traceback"] = shared
+    results[3].extra["traceback"] = own
+    write_results(tmp_path / "results.json", results, {"started": "today"})
+    payload = json.loads((tmp_path / "results.json").read_text())
+    assert payload["tracebacks"] == [shared, own]
+    assert [case["extra"]["traceback"] for case in payload["cases"]] == [0, 0, 0, 1]
+    header, read = read_results(tmp_path / "results.json")
+    assert header == {"started": "today"} and [r.extra["traceback"] for r in read] == [shared] * 3 + [own]
+    assert [c["extra"]["traceback"] for c in load(tmp_path)[1]] == [shared] * 3 + [own]
+    assert CaseResult.from_dict(payload["cases"][3], payload["tracebacks"]).extra["traceback"] == own
+    with pytest.raises(ValueError, match="traceback #1 is not in the file's tracebacks table"):
+        CaseResult.from_dict(payload["cases"][3])

@@ -8,6 +8,7 @@ import re
 
 import pandas as pd
 
+from harness.core.figures import FigureSpec
 from harness.core.results import CaseResult, Status
 from harness.report import matrix
 from harness.report.idsets import compact, describe
@@ -23,15 +24,24 @@ FAILING = {
 }
 
 
+MAX_ABS = FigureSpec("max_abs_err", "max abs err", cell="{value:.1e}")
+SSIM = FigureSpec("ssim", "SSIM", ".6f", cell="ssim {value:.4f}")
+MEAN = FigureSpec("mean_abs_err", "mean abs err")
+
+
+def _figures(kind: str, dtype: str) -> list[dict]:
+    error = MAX_ABS.of(4.8e-07 if dtype == "fp32" else 7.7e-03, 1e-05)
+    return [SSIM.of(0.99987, 0.9999), error] if kind == "image" else [error, MEAN.of(1e-8)]
+
+
 def _result(model, layout, backend, dtype, kind) -> CaseResult:
     case_id = f"{model}/{layout}/{backend}/{dtype}/{kind}"
     world = 1 if layout == "single" else int(re.findall(r"\d+", layout)[0]) * (2 if "x" in layout else 1)
     result = CaseResult(case_id, model, "default", kind, layout, world, backend, dtype, Status.PASS,
-                        max_abs_err=4.8e-07 if dtype == "fp32" else 7.7e-03, tolerance=1e-05,
-                        ssim=0.99987 if kind == "image" else None, dispatched=f"{backend}:2")
+                        figures=_figures(kind, dtype), dispatched=f"{backend}:2")
     if backend == "_native_math" and layout != "single":
         result.status, result.reason = Status.SKIP, "diffusers does not register backend '_native_math' as CP capable"
-        result.max_abs_err = result.ssim = None
+        result.figures = []
     elif layout.startswith("ring") and backend == "native":
         result.status = Status.XFAIL
         result.reason = f"{LSE}; observed rank {world - 1}: ValueError: Native attention does not support return_lse"
@@ -88,7 +98,7 @@ def _cell_text(text: str, result: CaseResult) -> str:
 def test_terminal_wraps_columns_and_caps_long_names():
     results = [
         CaseResult(f"m/{'tp2+ulysses2' * 4}/{backend}/{dtype}/tensor", "m", shape, "tensor", "tp2+ulysses2" * 4, 4,
-                   backend, dtype, Status.PASS, max_abs_err=1e-7)
+                   backend, dtype, Status.PASS, figures=[MAX_ABS.of(1e-7)])
         for backend in ("native", "_native_efficient" * 3)
         for shape in ("default", "txt7", "odd", "wide", "tall")
         for dtype in ("fp32", "bf16", "fp16")
@@ -123,12 +133,22 @@ def test_markdown_escapes_pipes_and_cuts_long_reasons():
     assert "x \\| y z" in line and len(line) < 400
 
 
-def test_csv_keeps_its_columns(tmp_path):
+def test_csv_has_a_column_per_figure(tmp_path):
+    """The result's own columns around one column per figure name, in the order the kinds declare them (first
+    seen first); a case without a figure leaves its cell empty; the leading and trailing columns are CaseResult's
+    fields, not a list of their own."""
+    from dataclasses import fields
+
     results = quick_plan()
     matrix.write_csv(results, tmp_path / "matrix.csv")
     frame = pd.read_csv(tmp_path / "matrix.csv")
-    assert list(frame.columns) == matrix.CSV_COLUMNS and len(frame) == len(results)
-    assert "kernels" in matrix.CSV_COLUMNS
+    assert list(frame.columns) == matrix.csv_columns(results) and len(frame) == len(results)
+    figures = ["max_abs_err", "mean_abs_err", "ssim"]
+    assert list(frame.columns)[len(matrix.LEADING):-len(matrix.TRAILING)] == figures
+    assert set(matrix.LEADING + matrix.TRAILING) <= {f.name for f in fields(CaseResult)}
+    row = frame.set_index("case_id").loc["flux/ring2/_native_flash/fp32/image"]
+    assert row["ssim"] == 0.99987 and row["max_abs_err"] == 4.8e-07 and pd.isna(row["mean_abs_err"])
+    assert "kernels" in frame.columns
 
 
 def _expand(pattern: str) -> set[str]:
@@ -161,3 +181,30 @@ def test_time_breakdown_adds_the_phases_and_measures_against_the_floor():
     assert breakdown["other (capture, judging, waits)"] == 14.0  # 30 - 10 - 6
     assert time_line(breakdown) == ("time: 30s wall (other (capture, judging, waits) 14s, launch start-ups 10s, "
                                     "forward 4s, gathers 2s); floor 14s, 2.14x")
+
+
+def test_terminal_links_each_failing_case_and_wraps_its_reason():
+    """Under each failing case: its reason wrapped within 120 columns (at most 4 lines, the page has it whole) and
+    the page link that opens it (`<page>#case-<id>`); no link without a page."""
+    results = quick_plan()
+    long = next(r for r in results if r.case_id == "qwenimage/ulysses4/flex/bf16/image")
+    long.reason = "rank 1: RuntimeError: " + "shape mismatch " * 60
+    text = matrix.terminal(results, page="reports/index.html")
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 120
+    at = lines.index(next(line for line in lines if "qwenimage/ulysses4/flex/bf16/image" in line))
+    block = lines[at:at + 6]
+    assert block[0].startswith("  ERROR   qwenimage/ulysses4/flex/bf16/image  rank 1: RuntimeError: shape")
+    assert block[3].endswith("[...]") and all(line.startswith(" " * 10) for line in block[1:5])
+    assert block[4] == " " * 10 + "reports/index.html#case-qwenimage/ulysses4/flex/bf16/image"
+    for case_id in FAILING:
+        assert f"          reports/index.html#case-{case_id}" in lines
+    assert "#case-" not in matrix.terminal(results)  # the control: no page given, no link
+
+
+def test_terminal_links_stay_within_the_width_for_a_long_report_path():
+    results = [r for r in quick_plan() if r.case_id in FAILING]
+    page = "/a/very/long/report/folder/" + "deep/" * 20 + "index.html"
+    lines = matrix.terminal(results, page=page).splitlines()
+    assert max(map(len, lines)) <= 120
+    assert any(line.strip().startswith("#case-flux/ring2/_native_flash/fp32/tensor in /a/very") for line in lines)

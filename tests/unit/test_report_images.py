@@ -27,7 +27,7 @@ def _case(images_dir: Path, status: Status, case_id: str = "flux/ulysses2/native
         Image.fromarray(pixels).save(images_dir / f"{slug}-{name}.png")
         paths[name] = f"{images_dir.name}/{slug}-{name}.png"
     model, layout, backend, dtype, kind = case_id.split("/")
-    return CaseResult(case_id, model, "default", kind, layout, 2, backend, dtype, status, ssim=0.99,
+    return CaseResult(case_id, model, "default", kind, layout, 2, backend, dtype, status,
                       extra={"images": paths, "baseline": {"ssim": 0.99}})
 
 
@@ -108,3 +108,26 @@ def test_unknown_policy_is_refused(tmp_path):
     case = _case(tmp_path / "images", Status.PASS)
     with pytest.raises(ValueError, match="images policy 'some'"):
         prune_images(case, tmp_path / "images", "some")
+
+
+def test_an_images_block_is_pruned_like_the_images_key(tmp_path):
+    """Pictures given as a detail block (harness.core.figures.images, with captions) are pruned the same way: a
+    passing case keeps the thumbnail in its block, the captions stay; a failing one keeps its block as it was; a
+    block whose candidate is gone goes, the other blocks stay."""
+    from harness.core.figures import histogram, images
+
+    folder = tmp_path / "images"
+    passing, failing, lost = (_case(folder, status, f"flux/{layout}/native/fp32/image") for status, layout in
+                              ((Status.PASS, "ring2"), (Status.FAIL, "ring4"), (Status.PASS, "tp2")))
+    for case in (passing, failing, lost):
+        case.extra["blocks"] = [images("Images", case.extra.pop("images"), {"reference": "the reference"}),
+                                histogram("h", [0, 1], [1])]
+    before = [dict(block) for block in failing.extra["blocks"]]
+    (folder / Path(lost.extra["blocks"][0]["images"]["candidate"]).name).unlink()
+    for case in (passing, failing, lost):
+        prune_images(case, folder)
+    block = passing.extra["blocks"][0]
+    assert list(block["images"]) == ["thumbnail"] and block["captions"] == {"reference": "the reference"}
+    assert failing.extra["blocks"] == before
+    assert [b["type"] for b in lost.extra["blocks"]] == ["histogram"]
+    assert len([name for name in _files(folder) if name.startswith("thumb-")]) == 1

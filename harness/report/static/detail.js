@@ -1,0 +1,152 @@
+/* A case's detail, drawn when it is opened: where it ran, its reason, its failed checks, its figures against their
+   limits, its detail blocks by type, its pictures, where it breaks, what it communicated, how it ran, its traceback
+   and any other data. Nothing here knows a kind: each part is drawn from what the case holds. */
+(function () {
+  "use strict";
+  var R = window.HarnessReport, esc = R.esc;
+  var BLOCKS = {histogram: R.histogram, series: R.series, table: tableBlock, images: imagesBlock};
+
+  R.detail = function (c, D) {
+    var x = R.extraOf(c);
+    return '<button type="button" class="close" data-close title="remove this case from the opened cases">close' +
+      "</button>" + whereHTML(c, D) + reasonHTML(c) + evidenceHTML(c) + figuresHTML(c) + blocksHTML(x) +
+      (x.images ? imagesBlock({title: "Images", images: x.images}) : "") + localizationHTML(c, x) + commsHTML(x) +
+      factsHTML(c, x) + (x.traceback ? '<h4>Traceback</h4><pre class="traceback">' + esc(x.traceback) + "</pre>" : "") +
+      otherHTML(x, c.left, D.drawn);
+  };
+  function whereHTML(c, D) {
+    var parts = D.axes.map(function (a) { return a.name + " " + c[a.name]; });
+    return '<p class="where muted">' + esc(parts.join(" \u00b7 ") + " \u00b7 world size " + c.world_size) + "</p>";
+  }
+  function reasonHTML(c) {
+    return c.reason ? '<h4>Reason</h4><pre class="reason">' + esc(c.reason) + "</pre>" : "";
+  }
+  function table(cls, heads, rows) {
+    return '<table class="grid ' + cls + '"><thead><tr>' + heads.map(function (h) {
+      return '<th scope="col">' + esc(h) + "</th>";
+    }).join("") + "</tr></thead><tbody>" + rows.join("") + "</tbody></table>";
+  }
+  function evidenceHTML(c) {
+    if (!c.evidence.length) { return ""; }
+    var rows = c.evidence.map(function (e) {
+      if (e.more) {
+        return '<tr class="more"><td><code>' + esc(e.check) + '</code></td><td colspan="4" class="muted">and ' +
+          e.more + " more (every one in results.json)</td></tr>";
+      }
+      return '<tr data-check="' + esc(e.check) + '"><td><code>' + esc(e.check) + "</code></td><td>" +
+        (e.subject ? "<code>" + esc(e.subject) + "</code>" : R.DASH) + '</td><td class="n">' + esc(e.value || R.DASH) +
+        '</td><td class="n">' + esc(e.limit || R.DASH) + "</td><td>" + esc(e.known || "") + "</td></tr>";
+    });
+    var total = c.evidence.reduce(function (n, e) { return n + (e.more || 1); }, 0);
+    return "<h4>Failed checks (" + total + ")</h4>" + table("evidence", ["check", "subject", "figure", "limit",
+      "excused by known issue"], rows);
+  }
+  function figuresHTML(c) {
+    if (!c.figures.length) { return ""; }
+    var rows = c.figures.map(function (f) {
+      return '<tr data-figure="' + esc(f.name) + '"' + (f.key ? ' class="key"' : "") + "><td>" + esc(f.label) +
+        "</td><td" + (R.num(f.value) === null ? "" : ' class="n"') + ">" + esc(f.value || R.DASH) +
+        '</td><td class="n">' + esc(f.limit || "") +
+        '</td><td class="n">' + esc(f.ratio || "") + "</td></tr>";
+    });
+    return "<h4>Figures</h4>" + table("figures", ["figure", "value", "limit", "value / limit"], rows);
+  }
+  function blocksHTML(x) {
+    return (Array.isArray(x.blocks) ? x.blocks : []).map(function (block) {
+      var draw = block && BLOCKS[block.type];
+      return draw ? draw(block) : "<h4>" + esc((block && block.title) || "Data") + "</h4>" + R.valueHTML(block);
+    }).join("");
+  }
+  function tableBlock(block) {
+    var code = block.code || [], rows = (block.rows || []).map(function (row) {
+      return "<tr>" + row.map(function (v, j) {
+        if (code.indexOf(j) >= 0) { return "<td><code>" + esc(R.text(v)) + "</code></td>"; }
+        var numeric = typeof v === "number" || R.num(v) !== null;
+        return "<td" + (numeric ? ' class="n"' : "") + ">" + esc(R.text(v)) + "</td>";
+      }).join("") + "</tr>";
+    });
+    return "<h4>" + esc(block.title || "Table") + "</h4>" + table("block", block.columns || [], rows);
+  }
+  // Pictures by role; a role's caption and colour scale come with the block where the kind gives them.
+  function imagesBlock(block) {
+    var images = block.images || {}, captions = block.captions || {}, scales = block.scales || {};
+    var figures = Object.keys(images).map(function (role) {
+      var caption = captions[role] || role.replace(/_/g, " ");
+      return '<figure class="img-' + esc(role) + '"><img src="' + esc(images[role]) + '" alt="' + esc(caption) + '">' +
+        "<figcaption>" + esc(caption) + "</figcaption>" + scaleHTML(scales[role]) + "</figure>";
+    }).join("");
+    var note = block.note || ("thumbnail" in images && Object.keys(images).length === 1 ? "Only a thumbnail is kept " +
+      "of a case that did not fail (--images all keeps every picture)." : "");
+    return "<h4>" + esc(block.title || "Images") + '</h4><div class="images">' + figures + "</div>" +
+      (note ? '<p class="muted">' + esc(note) + "</p>" : "");
+  }
+  function scaleHTML(scale) {  // {ticks: [low, middle, high], note}: a black-to-white bar with its ticks
+    if (!scale || !Array.isArray(scale.ticks)) { return ""; }
+    var ticks = scale.ticks.map(function (t) { return "<span>" + esc(t) + "</span>"; }).join("");
+    return '<div class="scale"><span class="bar" role="img" aria-label="colour scale from ' +
+      esc(scale.ticks[0]) + " (black) to " + esc(scale.ticks[scale.ticks.length - 1]) + ' (white)"></span>' +
+      '<span class="ticks">' + ticks + '</span></div><p class="scale-note">' + esc(scale.note || "") + "</p>";
+  }
+  function localizationHTML(c, x) {
+    var loc = x.localization;
+    if (!loc || !Array.isArray(loc.modules)) {
+      return x.localization_error ? "<h4>Where it breaks</h4><p>not localized: " + esc(x.localization_error) +
+        "</p>" : "";
+    }
+    var rows = loc.modules, first = loc.first, none = first === null || first === undefined;
+    var head = '<h4>Where it breaks</h4><p class="first-divergence">' + (none ? "no module above its limit" :
+      "first divergence: <code>" + esc(c.first_divergence || rows[first].module) + "</code>") + "</p>";
+    var lines = rows.map(function (r, i) {
+      return "<tr" + (i === first ? ' class="diverged"' : "") + '><td class="n">' + (i + 1) + "</td><td><code>" +
+        esc(r.module) + '</code></td><td class="n">' + esc(R.text(R.num(r.error))) + '</td><td class="n">' +
+        esc(R.text(R.num(r.limit))) + "</td><td>" + esc(r.how || "") + "</td></tr>";
+    });
+    return head + R.modules(rows, first) + '<details class="modules"><summary>every module (' + rows.length +
+      ")</summary>" + table("modules", ["#", "module", "rel err", "limit", "how"], lines) + "</details>";
+  }
+  function commsHTML(x) {  // harness.rank.comms_check.by_pattern: what ran per module pattern, and the minimum
+    if (!Array.isArray(x.comms) || !x.comms.length) { return ""; }
+    function counts(map, sized) {
+      return Object.keys(map || {}).sort().map(function (k) {
+        var v = map[k];
+        return sized ? k + ":" + v[0] + " (" + R.text(v[1]) + " B)" : k + " \u2265 " + v;
+      }).join(", ") || R.DASH;
+    }
+    var rows = x.comms.map(function (r) {
+      return "<tr><td><code>" + esc(r.modules) + "</code>" + (r.count > 1 ? " " + R.TIMES + esc(r.count) : "") +
+        "</td><td>" + esc(counts(r.recorded, true)) + "</td><td>" + esc(counts(r.expected, false)) + "</td></tr>";
+    });
+    return "<h4>Communication</h4>" + table("comms", ["modules", "recorded (count, bytes this rank put in)",
+      "predicted minimum"], rows);
+  }
+  function factsHTML(c, x) {
+    var ranks = x.peak_mem_mb_per_rank, memory = esc(R.plain(c.peak_mem_mb, 1));
+    if (Array.isArray(ranks) && ranks.length) {
+      memory += ' <span class="muted">(per rank: ' + esc(ranks.map(function (v) { return R.plain(v, 1); })
+        .join(", ")) + ")</span>";
+    }
+    var rows = [["dispatched", "<code>" + esc(c.dispatched || R.DASH) + "</code>"],
+      ["kernels", c.kernels ? '<code class="kernels">' + esc(c.kernels) + "</code>" : "<code>" + R.DASH +
+        '</code> <span class="muted">(none recorded)</span>'],
+      ["comms", "<code>" + esc(c.comms || R.DASH) + "</code>"],
+      ["seconds", esc(R.num(c.seconds) === null ? R.DASH : R.general(R.num(c.seconds), 3))],
+      ["peak memory (MB)", memory]];
+    return '<h4>Run</h4><table class="metrics">' + rows.map(function (r) {
+      return '<tr><th scope="row">' + r[0] + "</th><td>" + r[1] + "</td></tr>";
+    }).join("") + "</table>";
+  }
+  function otherHTML(x, left, drawn) {  // the keys of `extra` no part above draws (embed.py DRAWN)
+    var keys = Object.keys(x).filter(function (k) { return drawn.indexOf(k) < 0; });
+    if (!keys.length && !left) { return ""; }
+    var rest = {};
+    keys.forEach(function (k) { rest[k] = x[k]; });
+    return '<h4>Other data</h4><div class="other-data">' + (keys.length ? R.valueHTML(rest) : "") + "</div>" +
+      (left ? '<p class="muted left-out">' + esc(left) + ": in results.json (the page carries the " +
+        "other data of the cases that need a look only)</p>" : "");
+  }
+  R.plain = function (v, digits) {
+    var x = R.num(v);
+    if (x === null) { return R.DASH; }
+    return isFinite(x) ? x.toFixed(digits) : String(v);
+  };
+})();

@@ -1,0 +1,111 @@
+/* A section's matrix in index.html (one per model): rows and columns from the axes the data declares (D.matrix),
+   one cell per case with its status and cell text, drawn when the section is first opened and filtered with the
+   page. report.js makes one with R.matrix(page) and the page's records and filter. */
+(function () {
+  "use strict";
+  var R = window.HarnessReport, esc = R.esc, SEP = "\u0000";
+
+  R.matrix = function (page) {
+    var D = page.D, built = {};
+    // A section's table: rows and columns from D.matrix, one cell per combination. Unless SKIP cases are asked for,
+    // the rows and columns that hold nothing but SKIP cases are not drawn at all (a full plan's are most of them).
+    function showsSkips(st) { return st.skips || st.status === "SKIP"; }
+    function buildMatrix(section) {
+      var value = section.getAttribute("data-section"), axis = D.matrix.section[0], skips = showsSkips(page.state());
+      if (built["section:" + value] === skips) { return; }
+      var mine = page.cases.filter(function (c) { return !axis || c[axis] === value; });
+      var ran = skips ? mine : mine.filter(function (c) { return c.status !== "SKIP"; });
+      var cols = ordered(ran, D.matrix.column), rows = ordered(ran, D.matrix.row), grid = {};
+      var rowAt = positions(rows), colAt = positions(cols), left = {};
+      mine.forEach(function (c) {
+        var r = rowAt[combo(c, D.matrix.row)], j = colAt[combo(c, D.matrix.column)];
+        if (r === undefined) { left[combo(c, D.matrix.row)] = true; }
+        if (r !== undefined && j !== undefined) { grid[r + ":" + j] = (grid[r + ":" + j] || "") + cellHTML(c); }
+      });
+      var body = rows.map(function (row, r) {
+        var p = row.split(SEP), cells = cols.map(function (col, j) {
+          var html = grid[r + ":" + j];
+          return '<td data-col="' + j + '"' + (html ? "" : ' class="empty"') + ">" + (html || "") + "</td>";
+        }).join("");
+        return '<tr class="mrow"><th scope="row">' + p.map(function (v, k) {
+          return '<span class="' + (k ? "sub" : "main") + '">' + esc(v) + "</span>";
+        }).join(" ") + "</th>" + cells + "</tr>";
+      }).join("");
+      section.querySelector(".section-body").innerHTML = '<div class="scroll"><table class="matrix" data-left="' +
+        Object.keys(left).length + '"><thead><tr><th scope="col">' + esc(D.matrix.row.join(" ")) + "</th>" +
+        matrixHead(ran, cols) + "</tr></thead><tbody>" + body + '</tbody></table></div><p class="muted skip-note"></p>';
+      built["section:" + value] = skips;
+      page.applied(section);
+    }
+    function positions(list) { var at = {}; list.forEach(function (v, k) { at[v] = k; }); return at; }
+    function matrixHead(list, cols) {  // the innermost column axis always; the outer ones where they say something
+      var names = D.matrix.column, last = names.length - 1;
+      var shown = names.filter(function (name, k) {
+        var values = unique(list.map(function (c) { return c[name]; }));
+        var axis = D.axes.filter(function (a) { return a.name === name; })[0] || {};
+        return k === last || values.length > 1 || ("omit" in axis && values[0] !== axis.omit);
+      });
+      return cols.map(function (col, j) {
+        var p = col.split(SEP), top = p.filter(function (v, k) { return k < last && shown.indexOf(names[k]) >= 0; });
+        return '<th scope="col" data-col="' + j + '"><span class="outer">' + (top.map(esc).join(" \u00b7 ") ||
+          "&nbsp;") + '</span><span class="inner">' + esc(p[last]) + "</span></th>";
+      }).join("");
+    }
+    function combo(c, keys) { return keys.map(function (k) { return c[k]; }).join(SEP); }
+    function cellHTML(c) {
+      var tip = c.reason || c.case_id + ": " + c.status;
+      return '<a class="cell-case s-' + esc(c.status) + '" href="#' + esc(c.anchor) + '" data-i="' + c.i + '" title="' +
+        esc(tip) + '"><b>' + esc(c.status) + '</b><span class="num">' + (esc(c.cell) || "&nbsp;") + "</span></a>";
+    }
+    function unique(values) {
+      var seen = {};
+      return values.filter(function (v) {
+        return Object.prototype.hasOwnProperty.call(seen, v) ? false : (seen[v] = true);
+      });
+    }
+    function ordered(list, keys) {  // distinct combinations of `keys`, by each key's order of first appearance
+      var orders = keys.map(function (key) { return unique(list.map(function (c) { return c[key]; })); });
+      function rank(value) { return value.split(SEP).map(function (v, k) { return orders[k].indexOf(v); }); }
+      return unique(list.map(function (c) { return combo(c, keys); })).sort(function (a, b) {
+        var ra = rank(a), rb = rank(b);
+        for (var k = 0; k < ra.length; k++) { if (ra[k] !== rb[k]) { return ra[k] - rb[k]; } }
+        return 0;
+      });
+    }
+
+    function filterMatrix(table, st) {
+      var showSkips = showsSkips(st), cols = {}, hiddenRows = Number(table.getAttribute("data-left")) || 0;
+      table.querySelectorAll("tr.mrow").forEach(function (tr) {
+        var any = false, real = false;
+        tr.querySelectorAll("a.cell-case").forEach(function (a) {
+          var c = page.caseOf(a), shown = page.matches(c, st);
+          a.hidden = !shown;
+          if (shown && (showSkips || c.status !== "SKIP")) {
+            real = true;
+            cols[a.parentElement.getAttribute("data-col")] = true;
+          }
+          any = any || shown;
+        });
+        tr.hidden = !real;
+        if (any && !real) { hiddenRows++; }
+      });
+      table.querySelectorAll("[data-col]").forEach(function (cell) {
+        cell.hidden = !cols[cell.getAttribute("data-col")];
+      });
+      var note = table.parentElement.parentElement.querySelector(".skip-note");
+      if (note) {
+        note.textContent = hiddenRows ? hiddenRows + " row" + (hiddenRows > 1 ? "s" : "") + " in which every case " +
+          "is SKIP left out (tick \u201call-SKIP matrix rows\u201d above to show them)." : "";
+      }
+    }
+    // The sections drawn for another choice of SKIP cases: again if open, else when next opened.
+    function rebuild(st) {
+      document.querySelectorAll("details.section").forEach(function (section) {
+        var key = "section:" + section.getAttribute("data-section");
+        if (built[key] === undefined || built[key] === showsSkips(st)) { return; }
+        if (section.open) { buildMatrix(section); } else { delete built[key]; }
+      });
+    }
+    return {build: buildMatrix, filter: filterMatrix, rebuild: rebuild};
+  };
+})();

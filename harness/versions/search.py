@@ -1,0 +1,109 @@
+"""What each step of a bisection shares, over releases (harness.versions.bisect) or over git
+(harness.versions.bisect_git): a revision's run of the cases, the search's settings, both ends, and the report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.core.errors import HarnessError
+from harness.versions.cases import as_flags, plan_options
+from harness.versions.envs import env_for
+from harness.versions.revisions import Revision
+from harness.versions.sides import results, run_harness, status_line
+
+Echo = Callable[[str], None]
+
+
+@dataclass
+class Step:
+    """One revision's run of the cases: {case_id: its result row}."""
+
+    label: str
+    cases: dict
+    python: str | None = None  # the interpreter of its environment (runs a repro script with its diffusers)
+
+    def statuses(self) -> dict[str, str]:
+        return {case_id: case["status"] for case_id, case in self.cases.items()}
+
+    def lines(self) -> list[str]:
+        return [f"{case_id} {status_line(case)}" for case_id, case in self.cases.items()]
+
+
+@dataclass
+class Search:
+    """What every step needs: the cases, the flags of their runs, where reports and environments go, and the
+    statuses that make a revision good."""
+
+    case_ids: list[str]
+    flags: list[str]
+    report_dir: Path
+    cache: Path
+    good: dict | None = None  # {case_id: status} at --good
+    overrides: dict | None = None  # the options given (for the plan a repro script is checked against)
+
+    def evaluate(self, revision: Revision, echo: Echo) -> Step:
+        env = env_for(revision, self.cache, echo)
+        folder = self.report_dir / revision.slug
+        run_harness(env, ["run", *self.flags, *as_flags(plan_options(self.case_ids)), f"--report-dir={folder}"],
+                    folder / "run.log")
+        rows = {case["case_id"]: case for case in results(folder)[1]}
+        missing = [case_id for case_id in self.case_ids if case_id not in rows]
+        if missing:
+            raise HarnessError(f"{revision.label}: its run has no case {', '.join(missing)} (log: "
+                               f"{folder / 'run.log'})")
+        return Step(revision.label, {case_id: rows[case_id] for case_id in self.case_ids}, str(env.python))
+
+    def is_good(self, step: Step) -> bool:
+        return step.statuses() == self.good
+
+    def say(self, step: Step, echo: Echo) -> None:
+        verdict = "good" if self.is_good(step) else "bad"
+        for line in step.lines():
+            echo(f"bisect: {step.label}: {line} -> {verdict}")
+
+
+def ends(good: Revision, bad: Revision, search: Search, echo: Echo) -> tuple[Step, Step]:
+    """Both ends, --good first (it captures any missing reference); the same statuses at both is an error."""
+    first = search.evaluate(good, echo)
+    search.good = first.statuses()
+    search.say(first, echo)
+    last = search.evaluate(bad, echo)
+    search.say(last, echo)
+    if last.statuses() == first.statuses():
+        said = "; ".join(f"{case_id} {status}" for case_id, status in first.statuses().items())
+        raise HarnessError(f"the case never changes between {good.label} and {bad.label} ({said} at both ends): "
+                           "nothing to bisect")
+    return first, last
+
+
+def finish(before: Step, after: Step, skipped: list[str], search: Search, echo: Echo) -> int:
+    """The first revision that changed, the figures either side, and a repro script for the failing side."""
+    changes = ", ".join(f"{case_id} {before.statuses()[case_id]} -> {after.statuses()[case_id]}"
+                        for case_id in search.case_ids)
+    where = f"between {before.label} and {after.label} (untestable: {', '.join(skipped)})" if skipped else \
+        after.label
+    lines = [f"bisect: first revision that changed ({changes}): {where}",
+             *(f"  {before.label}: {line}" for line in before.lines()),
+             *(f"  {after.label}: {line}" for line in after.lines())]
+    for line in lines:
+        echo(line)
+    search.report_dir.mkdir(parents=True, exist_ok=True)
+    (search.report_dir / "bisect.md").write_text("\n".join(["```", *lines, "```", ""]), encoding="utf-8")
+    for step in (before, after):
+        for case_id in [case_id for case_id, case in step.cases.items() if case["status"] == "FAIL"]:
+            echo(f"repro ({step.label}) {case_id}: {_repro(case_id, step, search)}")
+    return 0
+
+
+def _repro(case_id: str, step: Step, search: Search) -> str:
+    """The command that runs the case's standalone script with that revision's diffusers (or why there is none)."""
+    from harness.versions.repro import run_command, write_repro
+
+    name = case_id.replace("/", "-").replace("@", "-")
+    try:
+        out, _ = write_repro(case_id, search.report_dir / "repro" / f"{name}.py", search.overrides)
+    except HarnessError as error:
+        return f"not scripted: {error}"
+    return run_command(out, step.cases[case_id]["world_size"], step.python)
