@@ -183,7 +183,9 @@ def check_parity(planned, results) -> None:
         return  # reported as XPASS by pytest_runtest_makereport
     if result.status.is_bad:
         pytest.fail(f"{result.case_id}: {result.status.value}{_numbers(result)}: {result.reason}\n"
-                    f"details: reports/results.json; rerun alone: {rerun_command(result)}", pytrace=False)
+                    f"details: reports/results.json; rerun alone: {rerun_command(result)}"
+                    + (f"; a standalone script: {result.extra['repro']}" if result.extra.get("repro") else ""),
+                    pytrace=False)
     assert result.status is Status.PASS
 
 

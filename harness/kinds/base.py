@@ -143,6 +143,15 @@ class Kind:
         and against the other draws of its dtype's noise that `draws_for` asks for ({name: output or error})."""
         raise NotImplementedError
 
+    def repro_script(self, case: Case) -> str | None:
+        """The template under harness/versions/repro_scripts/ from which `harness repro` writes a standalone script
+        of the case, or None (why: `repro_refusal`)."""
+        return None
+
+    def repro_refusal(self, case: Case) -> str:
+        """Why `harness repro` writes no script for the case (`repro_script` is None)."""
+        return f"{self.name} cases are not scripted"
+
     def draws_for(self, case: Case) -> tuple[str, ...]:
         """The other single-device noise draws the case is judged by (harness.rank.noise); none by default."""
         return ()

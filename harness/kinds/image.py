@@ -125,6 +125,9 @@ class ImageKind(Kind):
         # The VAE may call SDPA itself: only the transformer's attention kernels prove the backend.
         return Built(pipe.transformer, lambda: run_pipe(pipe, case.model), kernel_scope=pipe.transformer)
 
+    def repro_refusal(self, case) -> str:
+        return "image cases are not scripted (a whole pipeline); tensor and train cases are"
+
     def detach(self, output):
         return output
 

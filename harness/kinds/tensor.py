@@ -106,6 +106,9 @@ class TensorKind(Kind):
         model.set_attention_backend(case.backend)
         return Built(model, lambda: run_model(model, inputs), cp_plan=spec.context_parallel_plan(model.config))
 
+    def repro_script(self, case) -> str:
+        return "tensor.py"
+
     def detach(self, output):
         return output.float().cpu()
 

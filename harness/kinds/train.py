@@ -75,6 +75,13 @@ class TrainKind(Kind):
     def applies(self, layout) -> bool:
         return True
 
+    def repro_script(self, case) -> str | None:
+        return None if case.layout.is_data_parallel or case.layout.tp > 1 else "train.py"
+
+    def repro_refusal(self, case) -> str:
+        return ("a train case under tensor or data parallelism is not scripted (the harness gathers DTensors and runs "
+                "FSDP for it); context-parallel layouts are")
+
     def skip_reason(self, case) -> str | None:
         from harness.catalogue.zoo import get_spec
         from harness.rank import backends

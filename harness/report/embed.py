@@ -32,8 +32,9 @@ _LEAD = ("status", "reason", "world_size")  # after the axes: what (nearly) ever
 FIELDS = (*dict.fromkeys((*axes.names(), *_LEAD, *(f.name for f in fields(CaseResult)), "cell")),)
 CODED = (*TEXT, "cell", "figures", "evidence", "extra")  # the fields with a string table of their own
 SHOWN_CHECKS = 10  # failed checks of one check embedded per case (each one's worst first); results.json has all
+# The extra keys static/detail.js draws; the others are "other data".
 DRAWN = frozenset({"traceback", "images", "blocks", "localization", "localization_error", "comms",
-                   "peak_mem_mb_per_rank"})  # the extra keys static/detail.js draws; the others are "other data"
+                   "peak_mem_mb_per_rank", "repro"})
 
 
 class Table:

@@ -133,6 +133,8 @@ def _failing(result: CaseResult, width: int, page: str | None) -> list[str]:
                            placeholder=" [...]", break_long_words=True, break_on_hyphens=False) or [head]
     if result.first_divergence:
         lines.append(_clip(f"{indent}first divergence: {result.first_divergence}", width))
+    if result.extra.get("repro"):
+        lines.append(_clip(f"{indent}reproduce alone: {result.extra['repro']}", width))
     if page:
         url = link(page, result.case_id)
         lines.append(f"{indent}{url}" if len(indent) + len(url) <= width else _clip(f"{indent}#{anchor(result.case_id)}"

@@ -27,7 +27,7 @@ from harness.run.launchers import OWN_OPTIONS, launcher_from
 from harness.run.nodes import WORKDIR, SharedRun
 from harness.run.plan import PlannedCase, build_plan, max_ranks, uncovered_rows
 from harness.run.settings import Settings
-from harness.run.verdict import apply_expected_refusal, apply_known_issues, judge, not_run
+from harness.run.verdict import apply_expected_refusal, apply_known_issues, judge, not_run, note_repro
 
 PARTIAL = "results.partial.jsonl"
 
@@ -185,6 +185,7 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
         def on_outcome(outcome: Outcome) -> None:
             result = judge(outcome, settings)
             result = apply_known_issues(apply_expected_refusal(result, refusals.get(result.case_id)), issues)
+            result = note_repro(result, outcome.case)
             prune_images(result, report_dir / "images", settings.images)
             done[result.case_id] = result
             partial.write(json.dumps(result.to_dict()) + "\n")

@@ -4,6 +4,8 @@ the proof of what ran (a wrong backend fails even when its numbers agree), then 
 
 from __future__ import annotations
 
+import shlex
+
 from harness.core import evidence
 from harness.core.evidence import Evidence, status_of
 from harness.core.records import Outcome, without_fault
@@ -161,6 +163,15 @@ def apply_known_issues(result: CaseResult, issues: list[KnownIssue]) -> CaseResu
     known = evidence.reason([item for index, item in enumerate(items) if index in excused])
     result.status = status_of(left)
     result.reason = f"{evidence.reason(left)}; also known: {known} ({'; '.join(issue.short for issue in used)})"
+    return result
+
+
+def note_repro(result: CaseResult, case) -> CaseResult:
+    """A FAIL that `harness repro` can script gets the command that writes its standalone script (what a maintainer
+    attaches to an upstream report); the terminal and the page show it. A negative control is the harness's own
+    bug, not one to report."""
+    if result.status is Status.FAIL and case.fault is None and kind_of(case.kind).repro_script(case) is not None:
+        result.extra["repro"] = f"harness repro {shlex.quote(result.case_id)}"
     return result
 
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 from harness.core.errors import HarnessError
 from harness.core.reference import read_meta, reference_path
+from harness.kinds import kind_of
 from harness.versions.cases import planned
 
 SCRIPTS = Path(__file__).with_name("repro_scripts")
 MARKER = "# --- script ---\n"
-TEMPLATES = {"tensor": "tensor.py", "train": "train.py"}  # the kinds a script can reproduce
 
 
 def write_repro(case_id: str, out: Path | None = None, overrides: dict | None = None) -> tuple[Path, str]:
@@ -33,15 +33,16 @@ def write_repro(case_id: str, out: Path | None = None, overrides: dict | None = 
 
     item = planned([case_id], overrides)[case_id]
     case = item.case
-    if case.kind not in TEMPLATES:
-        raise HarnessError(f"repro: {case.kind} cases are not scripted (a whole pipeline); scripts reproduce "
-                           f"{' and '.join(TEMPLATES)} cases")
+    kind = kind_of(case.kind)
+    template = kind.repro_script(case)  # the kind knows which of its cases a script reproduces
+    if template is None:
+        raise HarnessError(f"repro: {case_id}: {kind.repro_refusal(case)}")
     settings = load_settings({**(overrides or {}), "models": case.model})
     path = reference_path(settings.path("references"), case.model, case.shape, case.kind).resolve()
     meta = read_meta(path)  # exists and is a harness reference, or a clear error naming the fix
     out = Path(out or f"repro-{case_id.replace('/', '-').replace('@', '-')}.py").resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(script_text(case, _case_data(case, settings, path, meta), out), encoding="utf-8")
+    out.write_text(script_text(case, template, _case_data(case, settings, path, meta), out), encoding="utf-8")
     out.chmod(0o755)
     return out, run_command(out, case.world_size)
 
@@ -57,9 +58,6 @@ def run_command(script: Path, world_size: int, python: str | None = None) -> str
 
 def _case_data(case, settings, path: Path, meta: dict) -> dict:
     layout = case.layout
-    if meta.get("train") and (layout.is_data_parallel or layout.tp > 1):
-        raise HarnessError(f"repro: {case.case_id}: a train case under tensor or data parallelism is not scripted "
-                           "(the harness gathers DTensors and runs FSDP for it); context-parallel layouts are")
     mesh = layout.mesh_spec() or ((), ())
     data = {"id": case.case_id, "model": case.model, "kind": case.kind, "backend": case.backend, "dtype": case.dtype,
             "world_size": case.world_size,
@@ -86,7 +84,7 @@ def _spec_data(model: str, meta: dict) -> dict:
     return {"timestep_scale": spec.timestep_scale, "timestep_keys": list(spec.timestep_keys), "cp_plan_blocks": blocks}
 
 
-def script_text(case, data: dict, out: Path) -> str:
+def script_text(case, template: str, data: dict, out: Path) -> str:
     """The generated header (what it is, how to run it, the CASE dict), then the common part and the kind's."""
     header = (f'#!/usr/bin/env python3\n"""Reproduces {case.case_id} with diffusers alone (torch, diffusers and\n'
               f"safetensors; no harness), from the harness's reference {data['reference']['name']}.\n\n"
@@ -94,5 +92,5 @@ def script_text(case, data: dict, out: Path) -> str:
               f"Written by `harness repro {case.case_id}`.\n\"\"\"\n\n"
               f"CASE = {pprint.pformat(data, width=116, sort_dicts=False)}\n")
     parts = [(SCRIPTS / name).read_text(encoding="utf-8").split(MARKER, 1)[1]
-             for name in ("common.py", TEMPLATES[case.kind])]
+             for name in ("common.py", template)]
     return header + re.sub(r"  # noqa: E402.*", "", "".join(parts))  # the lint notes are for the templates

@@ -681,3 +681,21 @@ def test_browser_a_selftest_page_says_fail_is_expected(tmp_path):
     selftest = seen(tmp_path, run(tmp_path, purpose="selftest"), "", probe)["extra"]
     assert selftest[0] != "none" and selftest[1] and "FAIL is the expected outcome" in selftest[2]
     assert seen(tmp_path, run(tmp_path / "plain"), "", probe)["extra"] is None
+
+
+@pytest.mark.slow
+def test_browser_an_opened_fail_shows_how_to_reproduce_it_alone(tmp_path):
+    """A FAIL that `harness repro` scripts (verdict.note_repro puts the command in extra.repro) shows the command in
+    its opened detail, on screen and not as "other data"; a FAIL without one shows no such line."""
+    wanted = "flux/tp2/native/fp32/tensor"
+    records = [*browser_cases(), case(wanted, "FAIL", figures=tensor(9.9e-3), reason="max abs err 0.0099 > 1e-05",
+                                      extra={"repro": f"harness repro {wanted}"})]
+    probe = ('window.__probe = function () { return Array.prototype.map.call(document.querySelectorAll(".repro"),'
+             ' function (p) { var box = p.getBoundingClientRect(); return [getComputedStyle(p).display,'
+             ' box.height > 0, p.textContent]; }); };')
+    shown = seen(tmp_path, run(tmp_path, records), f"#case-{wanted}", probe)
+    assert shown["firstOpen"] == [anchor(wanted), True]
+    assert len(shown["extra"]) == 1 and shown["extra"][0][0] != "none" and shown["extra"][0][1], shown["opened"]
+    assert f"harness repro {wanted}" in shown["extra"][0][2]
+    assert "Other data" not in shown["opened"] or "repro" not in shown["opened"].split("Other data")[-1]
+    assert seen(tmp_path / "first", run(tmp_path / "first"), "", probe)["extra"] == []  # the image FAIL: none

@@ -163,3 +163,23 @@ def test_a_few_wrong_values_in_bf16_fail_the_max_budget_while_the_mean_passes():
     few = judge(_outcome("bf16", max_abs_err=3.1e-2, mean_abs_err=2.71e-3, baseline=baseline), _policy(0.15))
     assert few.status is Status.FAIL
     assert few.reason.startswith("error budget: max abs err 0.031 is 4.03x the single-device bf16 max 0.0077")
+
+
+def test_a_fail_a_script_reproduces_carries_the_repro_command_and_the_terminal_shows_it():
+    from dataclasses import replace
+
+    from harness.report.matrix import terminal
+    from harness.run.verdict import note_repro
+
+    outcome = _outcome(max_abs_err=9.9e-3)
+    failing = note_repro(judge(outcome, _policy(1e-5, 1.25)), outcome.case)
+    assert failing.extra["repro"] == "harness repro flux/ulysses2/native/fp32/tensor"
+    assert "reproduce alone: harness repro flux/ulysses2/native/fp32/tensor" in terminal([failing])
+    passing = note_repro(judge(_outcome(), _policy(1e-5, 1.25)), outcome.case)
+    assert "repro" not in passing.extra and "reproduce alone" not in terminal([passing])
+    # The harness's own deliberate bug is not one to report; nor a case no script reproduces (data-parallel training).
+    control = replace(outcome.case, fault="local_attention")
+    assert "repro" not in note_repro(judge(Outcome(control, outcome.record), _policy(1e-5, 1.25)), control).extra
+    dp = Case("flux", parse_layout("dp2"), "native", "fp32", kind="train")
+    result = judge(outcome, _policy(1e-5, 1.25))
+    assert result.status is Status.FAIL and "repro" not in note_repro(result, dp).extra

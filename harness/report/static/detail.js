@@ -9,7 +9,7 @@
   R.detail = function (c, D) {
     var x = R.extraOf(c);
     return '<button type="button" class="close" data-close title="remove this case from the opened cases">close' +
-      "</button>" + whereHTML(c, D) + reasonHTML(c) + evidenceHTML(c) + figuresHTML(c) + blocksHTML(x) +
+      "</button>" + whereHTML(c, D) + reasonHTML(c) + reproHTML(x) + evidenceHTML(c) + figuresHTML(c) + blocksHTML(x) +
       (x.images ? imagesBlock({title: "Images", images: x.images}) : "") + localizationHTML(c, x) + commsHTML(x) +
       factsHTML(c, x) + (x.traceback ? '<h4>Traceback</h4><pre class="traceback">' + esc(x.traceback) + "</pre>" : "") +
       otherHTML(x, c.left, D.drawn);
@@ -20,6 +20,10 @@
   }
   function reasonHTML(c) {
     return c.reason ? '<h4>Reason</h4><pre class="reason">' + esc(c.reason) + "</pre>" : "";
+  }
+  function reproHTML(x) {  // a FAIL a standalone script reproduces: the command that writes it (verdict.note_repro)
+    return typeof x.repro === "string" ? '<p class="repro">Reproduce it alone, for an upstream report: <code>' +
+      esc(x.repro) + "</code> writes a script with torch and diffusers only</p>" : "";
   }
   function table(cls, heads, rows) {
     return '<table class="grid ' + cls + '"><thead><tr>' + heads.map(function (h) {
