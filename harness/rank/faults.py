@@ -34,6 +34,7 @@ FAULTS = {
                               "key/value chunk (gradients wrong, every forward check passes)",
     "tcp_own_kv_chunk": "PyTorch's context parallelism: every step of its ring takes the rank's own K/V chunk from "
                         "the gathered buffer (the exchange happens, each rank attends only to its own chunk)",
+    "dp_same_samples": "training: the data-parallel split hands every data-parallel rank the first rank's samples",
     "hang_rank1": "reliability: rank 1 never reaches the collective the others wait in",
     "raise_rank1": "reliability: rank 1 raises before the forward while the others wait in a collective",
     "kill_rank1": "reliability: rank 1 is killed (SIGKILL) in the middle of the case",
@@ -645,3 +646,15 @@ def _tcp_own_kv_chunk():
         yield
     finally:
         ring._AllGatherRotater.next_buffer = original
+
+
+@contextlib.contextmanager
+def _dp_same_samples():
+    from harness.rank import training
+
+    original = training.Batch.part
+    training.Batch.part = lambda self, index, parts: original(self, 0, parts)
+    try:
+        yield
+    finally:
+        training.Batch.part = original

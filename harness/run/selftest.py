@@ -67,6 +67,9 @@ CONTROLS = [
     Control("flux", "ulysses2", "native", "fp32", "train_double_cp_reduction", "gradient of", "train"),
     Control("flux", "dp2", "native", "fp32", "train_skip_dp_reduction", "no gradient for", "train"),
     Control("flux", "ulysses2", "native", "fp32", "cp_backward_local_only", "gradient of", "train"),
+    Control("flux", "tcp2", "native", "fp32", "tcp_own_kv_chunk", "gradient of", "train"),  # PyTorch's ring backward
+    Control("flux", "dp2", "native", "fp32", "dp_same_samples", "loss: rel err", "train"),
+    Control("flux", "dp2xtcp2", "native", "fp32", "dp_same_samples", "loss: rel err", "train"),  # FSDP2 x torch CP
     Control("qwenimage", "ring2", "_native_flash", "fp32", "cp_backward_local_only", "gradient of", "train"),
     Control("flux", "ulysses2", "native", "bf16", "cp_backward_local_only", "gradient", "train"),
     # The communication proof: each is also wrong in numbers, but the FAIL names the exchange that never happened.
