@@ -34,6 +34,8 @@ FAULTS = {
                               "key/value chunk (gradients wrong, every forward check passes)",
     "tcp_own_kv_chunk": "PyTorch's context parallelism: every step of its ring takes the rank's own K/V chunk from "
                         "the gathered buffer (the exchange happens, each rank attends only to its own chunk)",
+    "tcp_positions_reversed": "PyTorch's context parallelism: the image position ids go to `context_parallel` in "
+                              "reverse token order, so each rank rotates its tokens by other tokens' positions",
     "dp_same_samples": "training: the data-parallel split hands every data-parallel rank the first rank's samples",
     "hang_rank1": "reliability: rank 1 never reaches the collective the others wait in",
     "raise_rank1": "reliability: rank 1 raises before the forward while the others wait in a collective",
@@ -658,3 +660,28 @@ def _dp_same_samples():
         yield
     finally:
         training.Batch.part = original
+
+
+@contextlib.contextmanager
+def _tcp_positions_reversed():
+    from harness.rank import torch_cp
+
+    original = torch_cp.sharded
+
+    @contextlib.contextmanager
+    def reversed_ids(layout, mesh, buffers):
+        flipped = [(tensor, dim) for name, (tensor, dim) in buffers.items() if name == "img_ids"]
+        for tensor, dim in flipped:
+            tensor.copy_(tensor.flip(dim))
+        try:
+            with original(layout, mesh, buffers):
+                yield
+        finally:
+            for tensor, dim in flipped:  # the run's inputs as they were (context_parallel restores the flipped ones)
+                tensor.copy_(tensor.flip(dim))
+
+    torch_cp.sharded = reversed_ids
+    try:
+        yield
+    finally:
+        torch_cp.sharded = original

@@ -59,6 +59,7 @@ CONTROLS = [
     Control("flux", "ring2xulysses2", "_native_flash", "fp32", "cp_local_attention", "> tolerance"),  # 4 ranks
     Control("flux", "ulysses2any", "native", "fp32", "cp_local_attention", "> tolerance"),
     Control("flux", "tcp2", "native", "fp32", "tcp_own_kv_chunk", "> tolerance"),  # PyTorch's own ring
+    Control("flux", "tcp2", "native", "fp32", "tcp_positions_reversed", "> tolerance"),  # its buffers
     Control("flux", "tp2", "flex", "fp32", "tp_skip_allreduce", "rank 1's output differs from rank 0's"),
     Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "vs fp32 reference: ssim", "image"),
     Control("flux", "ulysses2", "native", "bf16", "cp_local_attention", "vs single-device bf16: ssim", "image"),

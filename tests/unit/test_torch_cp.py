@@ -80,13 +80,14 @@ def test_the_cpu_shim_registers_the_cpu_sdpa_op_with_pytorchs_ring():
 
 @pytest.mark.slow
 def test_pytorchs_ring_broken_or_the_batch_split_wrong_fails_while_the_clean_twins_pass(settings_for):
-    """Real ranks: the ring attending to each rank's own K/V chunk (forward and training), and data-parallel ranks
-    given the same samples under FSDP2 x PyTorch's CP, each FAIL; the same cases without the bug PASS."""
+    """Real ranks: the ring attending to each rank's own K/V chunk (forward and training), position ids sharded out of
+    step with their tokens, and data-parallel ranks given the same samples (FSDP2, and FSDP2 x PyTorch's CP), each
+    FAIL; the same cases without the bug PASS."""
     from harness.run import runner
     from harness.run.selftest import CONTROLS, caught, control_plan
 
-    controls = [c for c in CONTROLS if c.fault in ("tcp_own_kv_chunk", "dp_same_samples")]
-    assert len(controls) == 4
+    controls = [c for c in CONTROLS if c.fault in ("tcp_own_kv_chunk", "tcp_positions_reversed", "dp_same_samples")]
+    assert len(controls) == 5
     summary = runner.run(settings_for(), control_plan(4, controls), echo=lambda _: None, purpose="selftest")
     by_id = {result.case_id: result for result in summary.results}
     for control in controls:
