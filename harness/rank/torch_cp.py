@@ -16,8 +16,9 @@ Buffers = dict[str, tuple[torch.Tensor, int]]  # input name -> (the very tensor 
 
 
 def buffers_of(inputs: dict, seq_dims: dict[str, int]) -> Buffers:
-    """The run's own input tensors that `seq_dims` (a spec's `torch_cp_buffers`) names."""
-    return {name: (inputs[name], dim) for name, dim in seq_dims.items() if isinstance(inputs.get(name), torch.Tensor)}
+    """The run's own input tensors that `seq_dims` (a spec's `torch_cp_buffers`) names; a declared buffer the run
+    does not pass is an error, never a buffer quietly left whole."""
+    return {name: (inputs[name], dim) for name, dim in seq_dims.items()}
 
 
 @contextlib.contextmanager

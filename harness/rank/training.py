@@ -184,8 +184,7 @@ def sequence_buffers(batch: Batch, seq_dims: dict[str, int]) -> dict:
     if "hidden_states" in seq_dims:
         dim = seq_dims["hidden_states"]
         found = {"latents": (batch.latents, dim), "noise": (batch.noise, dim + 1)}
-    found.update({name: (batch.conditions[name], dim) for name, dim in seq_dims.items()
-                  if isinstance(batch.conditions.get(name), torch.Tensor)})
+    found.update({name: (batch.conditions[name], dim) for name, dim in seq_dims.items() if name != "hidden_states"})
     return found
 
 
