@@ -3,6 +3,11 @@
 
 `dpN` is data parallelism: N ranks each train on 1/N of the batch (train cases only); `dpNx<cp>` combines it with a
 context-parallel layout, every data-parallel rank holding a context-parallel group, as torchtitan lays out its mesh.
+
+`tcpN` is PyTorch's own context parallelism (`torch.distributed.tensor.experimental.context_parallel`), not
+diffusers': the model's sequence inputs sharded as buffers, SDPA patched into PyTorch's ring with the all-gather
+rotation; `tcpNalltoall` rotates K/V with all-to-all; `tcpNlb` leaves PyTorch's load balancing on (its default);
+`dpNxtcpM` is FSDP2 over `dp` and PyTorch's CP over `cp` on one 2-D mesh, as torchtitan trains Flux (docs/torch_cp.md).
 """
 
 from __future__ import annotations
@@ -14,13 +19,16 @@ from harness.core.errors import HarnessError
 
 DEFAULT_LAYOUTS = ("single", "ulysses2", "ring2", "ulysses4", "ring4", "ring2xulysses2", "tp2", "tp4")
 FULL_LAYOUTS = (*DEFAULT_LAYOUTS, "ulysses2any", "ring2any", "ulysses4any", "tp2+ulysses2", "tp2+ring2", "dp2",
-                "dp2xulysses2", "dp2xring2")
+                "dp2xulysses2", "dp2xring2", "tcp2", "dp2xtcp2")
 
 _CP = r"(?:ring(?P<rx>\d+)xulysses(?P<ux>\d+)|ulysses(?P<u>\d+)(?P<uany>any)?|ring(?P<r>\d+)(?P<rany>any)?)"
+_TCP = r"tcp(?P<t>\d+)(?P<rotate>alltoall)?(?P<lb>lb)?"
 _PATTERN = re.compile(rf"^(?:(?P<single>single)|tp(?P<tp>\d+)(?:\+{_CP})?"
-                      rf"|dp(?P<dp>\d+)(?:x{_CP.replace('?P<', '?P<d_')})?|{_CP.replace('?P<', '?P<c_')})$")
+                      rf"|dp(?P<dp>\d+)(?:x(?:{_CP.replace('?P<', '?P<d_')}|{_TCP.replace('?P<', '?P<e_')}))?"
+                      rf"|{_CP.replace('?P<', '?P<c_')}|{_TCP})$")
 FORMS = ("single, ulyssesN, ulyssesNany, ringN, ringNany, ringRxulyssesU, tpN, tpN+ulyssesM, tpN+ringM, dpN, "
-         "dpNx<any of the context-parallel forms> (N, M >= 2)")
+         "dpNx<any of the context-parallel forms>, tcpN, tcpNalltoall, tcpNlb (PyTorch's context parallelism), "
+         "dpNxtcpM (N, M >= 2)")
 
 
 @dataclass(frozen=True)
@@ -33,10 +41,18 @@ class Layout:
     tp: int = 1
     anything: bool = False
     dp: int = 1
+    torch_cp: int = 1  # PyTorch's context parallelism (`context_parallel`), not diffusers'
+    rotate: str = "allgather"  # its K/V rotation (`set_rotate_method`)
+    load_balance: bool = False  # its `_cp_options.enable_load_balance` (PyTorch's default is on)
 
     @property
     def world_size(self) -> int:
-        return self.dp * self.ring * self.ulysses * self.tp
+        return self.dp * self.ring * self.ulysses * self.tp * self.torch_cp
+
+    @property
+    def is_torch_context_parallel(self) -> bool:
+        """PyTorch's own context parallelism: no `enable_parallelism`, the run wrapped in `context_parallel`."""
+        return self.torch_cp > 1
 
     @property
     def is_data_parallel(self) -> bool:
@@ -48,6 +64,8 @@ class Layout:
 
     def mesh_spec(self) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
         """The device mesh for this layout (a 2-D one when TP and CP combine), built once per launch and reused."""
+        if self.is_torch_context_parallel:  # torchtitan's mesh: (dp, cp)
+            return ((self.dp, self.torch_cp), ("dp", "cp")) if self.dp > 1 else ((self.torch_cp,), ("cp",))
         shape, names = [], []
         for degree, name in ((self.dp, "dp"), (self.tp, "tp"), (self.ring, "ring"), (self.ulysses, "ulysses")):
             if name == "dp" and degree == 1:
@@ -93,7 +111,8 @@ def parse_layout(name: str) -> Layout:
     match = _PATTERN.match(name)
     if match is None:
         raise HarnessError(f"unknown layout {name!r}; valid forms: {FORMS}")
-    groups = {key.removeprefix("c_").removeprefix("d_"): value for key, value in match.groupdict().items() if value}
+    groups = {key.removeprefix("c_").removeprefix("d_").removeprefix("e_"): value
+              for key, value in match.groupdict().items() if value}
     if "single" in groups:
         return Layout(name)
     degrees = {key: int(value) for key, value in groups.items() if value.isdigit()}
@@ -103,4 +122,5 @@ def parse_layout(name: str) -> Layout:
     ulysses = degrees.get("u", degrees.get("ux", 1))
     anything = bool(groups.get("uany") or groups.get("rany"))
     return Layout(name, ring=ring, ulysses=ulysses, tp=degrees.get("tp", 1), anything=anything,
-                  dp=degrees.get("dp", 1))
+                  dp=degrees.get("dp", 1), torch_cp=degrees.get("t", 1), rotate=groups.get("rotate", "allgather"),
+                  load_balance=bool(groups.get("lb")))

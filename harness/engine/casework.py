@@ -9,7 +9,7 @@ from harness.core.records import Case
 from harness.engine.baselines import Baselines
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
-from harness.rank import backends, comms_check, faults
+from harness.rank import backends, comms_check, faults, torch_cp
 from harness.rank.recorder import RunRecorder
 
 
@@ -27,12 +27,15 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
         recorder = RunRecorder(built.module, built.kernel_scope)
         context.sync(reset_peak=True)
         forward_started = time.perf_counter()
-        output = built.run_recorded(recorder)  # the proof is recorded in this very run (a few ms a case)
+        with context.torch_context_parallel(case, built):
+            output = built.run_recorded(recorder)  # the proof is recorded in this very run (a few ms a case)
         context.sync()
         forward_s, seconds = time.perf_counter() - forward_started, time.perf_counter() - started
         context.phases["forward"] += forward_s
         dispatched, functions = backends.dispatches(), backends.functions_run()
         proof = _prove_comms(case, built, recorder) if case.layout.world_size > 1 else {}
+    if case.layout.is_torch_context_parallel and built.torch_cp_output_dim is not None:
+        output = torch_cp.unshard(case.layout, context.mesh(case.layout), output, built.torch_cp_output_dim)
     placements = None
     if hasattr(output, "full_tensor"):  # materialised to compare, and reported: diffusers returns plain tensors
         placements = str(tuple(output.placements))

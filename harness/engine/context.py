@@ -49,13 +49,22 @@ class RankContext:
         return self.meshes[spec]
 
     def apply_layout(self, case: Case, built) -> None:
-        """diffusers' own `enable_parallelism`, then what the kind adds on the mesh (the data-parallel engine)."""
+        """diffusers' own `enable_parallelism`, then what the kind adds on the mesh (the data-parallel engine).
+        PyTorch's context parallelism is not applied here: it wraps the run (`torch_context_parallel`)."""
         mesh = self.mesh(case.layout)
         config = case.layout.diffusers_config(mesh)
         if config is not None:
             built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
         if built.parallelize is not None:
             built.parallelize(mesh)
+
+    def torch_context_parallel(self, case: Case, built):
+        """PyTorch's `context_parallel` around the run for a tcp layout (harness.rank.torch_cp); else nothing."""
+        if not case.layout.is_torch_context_parallel:
+            return contextlib.nullcontext()
+        from harness.rank import torch_cp
+
+        return torch_cp.sharded(case.layout, self.mesh(case.layout), built.torch_cp_buffers())
 
     def peak_memory_mb(self) -> float:
         """CUDA: the case's peak allocated memory. CPU: the process's peak resident size so far (a high-water mark

@@ -21,7 +21,8 @@ def localize_case(context: RankContext, case: Case, rank: int, world_size: int) 
     with faults.active(case.fault):
         context.apply_layout(case, built)
         packed = training.packed_parameters(built.module, case.layout.tp) if case.layout.tp > 1 else {}
-        records, grads, untraced = _trace(built, 1.0 / case.layout.dp)
+        with context.torch_context_parallel(case, built):  # PyTorch's CP wraps the run: its trace too
+            records, grads, untraced = _trace(built, 1.0 / case.layout.dp)
     backends.reset_active_backend()
     gathered = localize.gather_records(records, world_size)
     gathered_grads = localize.gather_records(grads, world_size) if grads is not None else None
@@ -32,7 +33,8 @@ def localize_case(context: RankContext, case: Case, rank: int, world_size: int) 
         else (None, None, None)
     outputs, inputs = ({name[:-len(".weight")]: (blocks, degree) for name, (dim, blocks, degree) in packed.items()
                         if name.endswith(".weight") and dim == side} for side in (0, 1))
-    lengths = kind.split_lengths(case) if case.layout.is_context_parallel else None
+    split = case.layout.is_context_parallel or case.layout.is_torch_context_parallel
+    lengths = kind.split_lengths(case) if split else None
     streams = tuple((lengths or {}).values())
     forward = localize.localize(gathered, single, own, outputs, streams, data_parallel=case.layout.dp)
     backward = None

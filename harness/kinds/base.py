@@ -39,6 +39,11 @@ class Built:
     forward: Callable[[], Any] | None = None  # what localization traces module by module (None: `run`)
     loss: Callable[[], Any] | None = None  # a differentiable loss: localization traces the backward too (train)
     twin: Callable[[str], None] | None = None  # makes this build the noise draw of that name (harness.rank.noise)
+    # PyTorch's context parallelism (tcp layouts, harness.rank.torch_cp): the run's sequence inputs as buffers
+    # {name: (tensor, seq dim)}, asked right before the run; and the output's sequence dim to unshard after it (None:
+    # the output is whole on every rank already, e.g. a train case's losses and gathered gradients)
+    torch_cp_buffers: Callable[[], dict] | None = None
+    torch_cp_output_dim: int | None = None
 
     def run_recorded(self, recording) -> Any:
         """`run` once, with `recording` (harness.rank.recorder) around the part the proof covers."""
@@ -73,6 +78,7 @@ class Kind:
     options: tuple[Option, ...] = ()  # its own options: `[tool.harness.<name>] <option>`, `--<name>-<option>`
     limits: Option | None = None  # its per-dtype limits: `[tool.harness.<name>] fp32 = ...`
     cost_s: float = 0.4  # rough seconds of one case on one rank, to balance the parts of `--shard K/N`
+    torch_context_parallel: bool = False  # whether its cases run under PyTorch's context parallelism (tcp layouts)
 
     def all_options(self) -> list[Option]:
         """Its options and its limits table, owned by it (their flat keys `<kind>_<name>`)."""

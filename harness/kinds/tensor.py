@@ -49,6 +49,7 @@ class TensorKind(Kind):
     limits = Option("limits", {"fp32": 1e-5, "bf16": 0.15, "fp16": 2e-2},
                     "Max abs error against the fp32 reference, per dtype.", is_table=True)
     cost_s = 0.3  # the quick plan's recorded case seconds: 0.22 s on one rank, 0.62 s on four
+    torch_context_parallel = True  # its run can be wrapped in PyTorch's `context_parallel` (tcp layouts)
 
     def policy(self, settings, dtype: str) -> TensorPolicy:
         return TensorPolicy(settings.limits(self.name, dtype), settings.budget_factor, settings.budget_max_factor)
@@ -92,6 +93,7 @@ class TensorKind(Kind):
 
         from harness.catalogue.zoo import get_spec
         from harness.core.dtypes import torch_dtype
+        from harness.rank import torch_cp
 
         dtype, spec = torch_dtype(case.dtype), get_spec(case.model)
         model = spec.model_class()(**reference.meta["config"])
@@ -104,7 +106,9 @@ class TensorKind(Kind):
             for key, value in reference.inputs.items()
         }
         model.set_attention_backend(case.backend)
-        return Built(model, lambda: run_model(model, inputs), cp_plan=spec.context_parallel_plan(model.config))
+        buffers = (lambda: torch_cp.buffers_of(inputs, spec.torch_cp_buffers)) if spec.torch_cp_buffers else None
+        return Built(model, lambda: run_model(model, inputs), cp_plan=spec.context_parallel_plan(model.config),
+                     torch_cp_buffers=buffers, torch_cp_output_dim=spec.torch_cp_output_dim)
 
     def repro_script(self, case) -> str:
         return "tensor.py"

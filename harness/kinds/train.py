@@ -49,6 +49,7 @@ class TrainKind(Kind):
               "ranks_disagree": Check("parameters (or loss)"), "loss_exact": Check(), "loss_rel": Check(),
               "grad_rel": Check("parameters"), "weight_abs": Check("parameters"), "grad_err_ratio": Check()}
     figures = (GRAD, LOSS, WORST, WEIGHTS, NONFINITE, NOISE, RATIO)
+    torch_context_parallel = True  # the whole loop runs under `context_parallel` (tcp layouts, as torchtitan trains)
     options = (
         Option("models", None, "Models the train kind runs (default: those of --models).", is_list=True),
         Option("layouts", None, "Layouts the train kind runs, dpN and dpNx<cp> included (default: those of "
@@ -213,8 +214,13 @@ class TrainKind(Kind):
                 parallelize(None)
             return state["trainer"].first_forward()
 
+        def buffers() -> dict:
+            """The batch the loop trains on, as PyTorch's context parallelism shards it (tcp layouts)."""
+            return training.sequence_buffers(state["trainer"].batch, spec.torch_cp_buffers)
+
         return Built(model, recorded, cp_plan=spec.context_parallel_plan(model.config), parallelize=parallelize,
-                     recorded=recorded, forward=forward, loss=forward, twin=twin)
+                     recorded=recorded, forward=forward, loss=forward, twin=twin,
+                     torch_cp_buffers=buffers if spec.torch_cp_buffers else None)
 
     def detach(self, output):
         return output

@@ -7,7 +7,10 @@ Derived from the layout, the model's module tree and its plans, never from the r
   Ulysses does both. A cross-attention call (given `encoder_hidden_states`) when the plan splits no input of that
   name attends to keys whole on every rank and needs no exchange (Wan's processors pass it no CP config);
 - every gather point of the `_cp_plan` (a `ContextParallelOutput`): one all-gather per gathered output per call;
-- tensor parallelism: every row-wise layer of the `_tp_plan` all-reduces its partial sums (1 per call).
+- tensor parallelism: every row-wise layer of the `_tp_plan` all-reduces its partial sums (1 per call);
+- PyTorch's context parallelism (tcp layouts): every attention call goes through PyTorch's ring, whose all-gather
+  rotation gathers the K/V buffer once (1 all-gather per call) and whose all-to-all rotation passes it on degree - 1
+  times (`permute_tensor`, an all-to-all each).
 These are minimums: a module may communicate more (an attention mask all-gathered under Ulysses, the sizes exchanged
 by `*any` layouts, an LSE all-to-all); what it may not do is skip what its layout needs. Backward collectives are
 recorded but not predicted.
@@ -69,6 +72,8 @@ def predict(model, layout, cp_plan: dict | None, recorder) -> list[Expectation]:
             for name in _matches(key, calls) if per_call else []:
                 expected.append(Expectation(name, "all_gather", per_call * calls[name],
                                             f"{calls[name]} call(s) of a _cp_plan gather point"))
+    if layout.is_torch_context_parallel:
+        expected += _torch_ring(model, layout, calls)
     if layout.tp > 1:
         for key, style in (getattr(model, "_tp_plan", None) or {}).items():
             for name in _matches(key, calls) if _is_rowwise(style) else []:
@@ -91,6 +96,16 @@ def _attention(model, layout, calls: dict[str, int]) -> list[Expectation]:
             expected.append(Expectation(name, "all_gather", n,
                                         f"{n} attention call(s) over split keys, ring: the K/V exchange"))
     return expected
+
+
+def _torch_ring(model, layout, calls: dict[str, int]) -> list[Expectation]:
+    """PyTorch's ring, for every called attention module: its K/V exchange per call, by rotation method."""
+    collective, per_call = ("all_to_all", layout.torch_cp - 1) if layout.rotate == "alltoall" else ("all_gather", 1)
+    return [Expectation(name, collective, per_call * calls[name],
+                        f"{calls[name]} attention call(s) through PyTorch's ring, {layout.rotate} rotation: the K/V "
+                        f"exchange")
+            for name, module in model.named_modules()
+            if isinstance(module, attention_classes()) and calls.get(name, 0) > 0]
 
 
 def inclusive(recorded: dict[str, dict[str, list[int]]], module: str, collective: str) -> int:

@@ -1,4 +1,4 @@
-"""The CPU/gloo shims diffusers needs to run its parallel code on a machine without an accelerator.
+"""The CPU/gloo shims diffusers (and PyTorch's context parallelism) need to run parallel code without an accelerator.
 
 Active only when CUDA is absent; each shim leaves what diffusers accepts or refuses unchanged, and applies only
 where the installed diffusers has the feature it adapts (harness.core.compat): a release without TP needs no TP shim.
@@ -29,6 +29,7 @@ def apply() -> None:
         _allow_tensor_parallel_on_cpu()
     if compat.has("native_flash_ops"):  # before 0.37 `_native_flash` has no ring path, so nothing to adapt
         _native_flash_ops_on_cpu()
+    _torch_ring_serves_cpu_sdpa()
     _applied = True
 
 
@@ -96,3 +97,34 @@ def _cpu_flash_backward(original):
         return tuple(g.transpose(1, 2).contiguous() for g in grads)
 
     return backward_op
+
+
+def _torch_ring_serves_cpu_sdpa() -> None:
+    # PyTorch's CP ring (`context_parallel`) handles only the CUDA SDPA ops; on CPU, SDPA dispatches
+    # `_scaled_dot_product_flash_attention_for_cpu`, which DTensor would serve by all-gathering K and V and running one
+    # whole attention (no ring at all). Register that op and its backward in PyTorch's own handler table, served by
+    # PyTorch's own templated ring and its backward, so the ring algorithm is what runs.
+    try:
+        from torch.distributed.tensor.experimental._context_parallel import _attention as ring
+    except ImportError:  # a torch without context parallelism: the tcp layouts fail where they start, loudly
+        return
+    aten = torch.ops.aten
+    forward, backward = aten._scaled_dot_product_flash_attention_for_cpu.default, \
+        aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+
+    def handler(op, args, kwargs):
+        from torch.distributed.tensor import DTensor, Shard
+
+        bound = {**dict(zip((a.name for a in op._schema.arguments), args, strict=False)), **kwargs}
+        mesh = bound["query"].device_mesh
+        local = {k: v._local_tensor if isinstance(v, DTensor) else v for k, v in bound.items()}
+        if local.pop("attn_mask", None) is not None:
+            raise NotImplementedError("PyTorch's context-parallel ring takes no attention mask")
+        if op is forward:
+            results = ring._templated_ring_attention(mesh.get_group(), 2, forward, **local)
+        else:
+            results = ring._templated_ring_attention_backward(mesh.get_group(), 2, backward, grad_out_name="grad_out",
+                                                              **local)
+        return tuple(DTensor.from_local(t, mesh, [Shard(2)], run_check=False) for t in results)
+
+    ring.custom_ops[forward] = ring.custom_ops[backward] = handler

@@ -32,6 +32,11 @@ FAULTS = {
                                "own half-batch gradient)",
     "cp_backward_local_only": "context parallel: attention's forward is right, its backward uses only the rank's own "
                               "key/value chunk (gradients wrong, every forward check passes)",
+    "tcp_own_kv_chunk": "PyTorch's context parallelism: every step of its ring takes the rank's own K/V chunk from "
+                        "the gathered buffer (the exchange happens, each rank attends only to its own chunk)",
+    "tcp_positions_reversed": "PyTorch's context parallelism: the image position ids go to `context_parallel` in "
+                              "reverse token order, so each rank rotates its tokens by other tokens' positions",
+    "dp_same_samples": "training: the data-parallel split hands every data-parallel rank the first rank's samples",
     "hang_rank1": "reliability: rank 1 never reaches the collective the others wait in",
     "raise_rank1": "reliability: rank 1 raises before the forward while the others wait in a collective",
     "kill_rank1": "reliability: rank 1 is killed (SIGKILL) in the middle of the case",
@@ -625,3 +630,58 @@ def _cp_backward_local_only():
         yield
     finally:
         dispatch._templated_context_parallel_attention = original
+
+
+@contextlib.contextmanager
+def _tcp_own_kv_chunk():
+    import torch.distributed as dist
+    from torch.distributed.tensor.experimental._context_parallel import _attention as ring
+
+    original = ring._AllGatherRotater.next_buffer
+
+    def own_chunk(self):
+        original(self)  # waits for the all-gather, as the right step does
+        return self._aggregated_buffer.chunk(dist.get_world_size(self._pg))[dist.get_rank(self._pg)]
+
+    ring._AllGatherRotater.next_buffer = own_chunk
+    try:
+        yield
+    finally:
+        ring._AllGatherRotater.next_buffer = original
+
+
+@contextlib.contextmanager
+def _dp_same_samples():
+    from harness.rank import training
+
+    original = training.Batch.part
+    training.Batch.part = lambda self, index, parts: original(self, 0, parts)
+    try:
+        yield
+    finally:
+        training.Batch.part = original
+
+
+@contextlib.contextmanager
+def _tcp_positions_reversed():
+    from harness.rank import torch_cp
+
+    original = torch_cp.sharded
+
+    @contextlib.contextmanager
+    def reversed_ids(layout, mesh, buffers):
+        flipped = [(tensor, dim) for name, (tensor, dim) in buffers.items() if name == "img_ids"]
+        for tensor, dim in flipped:
+            tensor.copy_(tensor.flip(dim))
+        try:
+            with original(layout, mesh, buffers):
+                yield
+        finally:
+            for tensor, dim in flipped:  # the run's inputs as they were (context_parallel restores the flipped ones)
+                tensor.copy_(tensor.flip(dim))
+
+    torch_cp.sharded = reversed_ids
+    try:
+        yield
+    finally:
+        torch_cp.sharded = original

@@ -119,6 +119,9 @@ class Groups:
     context: object = None
     context_size: int = 1
     parallel: bool = False  # run under a layout: the ranks must end with the same plain parameters
+    # PyTorch's context parallelism: each rank's loss is over its own chunk of the sequence (diffusers' is over the
+    # gathered output), so the gradients and the loss are averaged over the context-parallel ranks, not summed
+    context_mean: bool = False
 
     @classmethod
     def of(cls, layout, mesh) -> Groups:
@@ -127,6 +130,9 @@ class Groups:
         groups = cls(parallel=True)
         if layout.dp > 1:
             groups.data, groups.data_size = mesh["dp"].get_group(), layout.dp
+        if layout.is_torch_context_parallel:
+            groups.context, groups.context_size = mesh["cp"].get_group(), layout.torch_cp
+            groups.context_mean = True
         if layout.is_context_parallel:
             cp = mesh["ring", "ulysses"]._flatten("cp") if layout.ring > 1 and layout.ulysses > 1 \
                 else mesh["ring" if layout.ring > 1 else "ulysses"]
@@ -138,12 +144,18 @@ def reduce_context_parallel(named: dict, groups: Groups) -> None:
     """Sum every gradient over the context-parallel ranks. diffusers gathers the output at the end of the
     context-parallel region with an all-gather whose backward hands each rank the gradient of its own chunk only
     (`AllGatherFunction.backward` in hooks/context_parallel.py), so each rank's parameter gradients hold its chunk's
-    share of the full loss that every rank computes on the gathered output: the full gradient is their sum."""
+    share of the full loss that every rank computes on the gathered output: the full gradient is their sum.
+
+    Under PyTorch's context parallelism each rank's loss is the mean over its own chunk, and its ring's backward
+    hands every rank the gradient of all ranks' losses through its chunk's keys and values: the sum over the ranks
+    is the gradient of the sum of their losses, and the full loss is their mean (`context_mean`)."""
     if groups.context is None:
         return
     for parameter in named.values():
         if parameter.grad is not None:
             dist.all_reduce(_local(parameter.grad), op=dist.ReduceOp.SUM, group=groups.context)
+            if groups.context_mean:
+                _local(parameter.grad).div_(groups.context_size)
 
 
 def data_parallel_sync(module) -> contextlib.AbstractContextManager:
@@ -152,12 +164,28 @@ def data_parallel_sync(module) -> contextlib.AbstractContextManager:
 
 
 def global_loss(loss: torch.Tensor, groups: Groups) -> float:
-    """The loss of the whole batch: the mean of the data-parallel ranks' losses (each over its equal share)."""
+    """The loss of the whole batch: the mean of the data-parallel ranks' losses (each over its equal share), and of
+    the context-parallel ranks' where each holds its chunk's loss (PyTorch's context parallelism)."""
     value = loss.detach().clone()
+    if groups.context_mean:
+        dist.all_reduce(value, op=dist.ReduceOp.SUM, group=groups.context)
+        value /= groups.context_size
     if groups.data is not None:
         dist.all_reduce(value, op=dist.ReduceOp.SUM, group=groups.data)
         value /= groups.data_size
     return float(value)
+
+
+def sequence_buffers(batch: Batch, seq_dims: dict[str, int]) -> dict:
+    """What PyTorch's `context_parallel` shards of a batch (harness.rank.torch_cp): the clean latents and every
+    step's noise where the spec names `hidden_states` (the noise one axis later, behind its step axis), and the
+    conditions it names, each the very tensor the loop uses."""
+    found = {}
+    if "hidden_states" in seq_dims:
+        dim = seq_dims["hidden_states"]
+        found = {"latents": (batch.latents, dim), "noise": (batch.noise, dim + 1)}
+    found.update({name: (batch.conditions[name], dim) for name, dim in seq_dims.items() if name != "hidden_states"})
+    return found
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:

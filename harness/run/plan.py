@@ -58,6 +58,10 @@ def skip_reason(case: Case, rank_limit: int | Capacity) -> str | None:
     missing = compat.model_class_missing(spec.class_name) or compat.layout_missing(layout)
     if missing is not None:  # a class or parallel feature this diffusers release does not have yet
         return missing
+    if layout.is_torch_context_parallel:
+        unfit = torch_cp_unfit(case)
+        if unfit is not None:
+            return unfit
     model_class = spec.model_class()
     if layout.is_context_parallel and getattr(model_class, "_cp_plan", None) is None:
         return f"{spec.class_name} defines no _cp_plan"
@@ -69,6 +73,24 @@ def skip_reason(case: Case, rank_limit: int | Capacity) -> str | None:
         return unavailable
     found = backend_info.probe(case.backend, case.dtype)
     return None if found.broken else found.reason  # a broken backend is not a SKIP: see `_planned`
+
+
+def torch_cp_unfit(case: Case) -> str | None:
+    """Why PyTorch's context parallelism (a tcp layout, harness.rank.torch_cp) cannot run this case; None if it can."""
+    spec, kind, degree = get_spec(case.model), kind_of(case.kind), case.layout.torch_cp
+    if not kind.torch_context_parallel:
+        return f"PyTorch's context parallelism: the {case.kind} kind does not run under context_parallel yet"
+    if spec.torch_cp_buffers is None:
+        return f"PyTorch's context parallelism: {spec.name}: {spec.torch_cp_unfit}"
+    if case.backend != "native":
+        return (f"PyTorch's context parallelism replaces F.scaled_dot_product_attention, which of diffusers' backends "
+                f"only native calls ({case.backend} would run beside the ring, not through it)")
+    lengths = kind.split_lengths(case) or {}
+    uneven = [f"{name} {length}" for name, length in lengths.items() if length % degree]
+    if uneven:
+        return (f"PyTorch's context parallelism: {', '.join(uneven)} not divisible by the degree {degree} (its ring "
+                f"exchanges equal K/V chunks)")
+    return None
 
 
 def predicted_refusal(case: Case) -> Refusal | None:

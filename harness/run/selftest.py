@@ -58,6 +58,8 @@ CONTROLS = [
     Control("flux", "ulysses2", "native", "fp16", "cp_local_attention", "> tolerance"),
     Control("flux", "ring2xulysses2", "_native_flash", "fp32", "cp_local_attention", "> tolerance"),  # 4 ranks
     Control("flux", "ulysses2any", "native", "fp32", "cp_local_attention", "> tolerance"),
+    Control("flux", "tcp2", "native", "fp32", "tcp_own_kv_chunk", "> tolerance"),  # PyTorch's own ring
+    Control("flux", "tcp2", "native", "fp32", "tcp_positions_reversed", "> tolerance"),  # its buffers
     Control("flux", "tp2", "flex", "fp32", "tp_skip_allreduce", "rank 1's output differs from rank 0's"),
     Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "vs fp32 reference: ssim", "image"),
     Control("flux", "ulysses2", "native", "bf16", "cp_local_attention", "vs single-device bf16: ssim", "image"),
@@ -66,6 +68,9 @@ CONTROLS = [
     Control("flux", "ulysses2", "native", "fp32", "train_double_cp_reduction", "gradient of", "train"),
     Control("flux", "dp2", "native", "fp32", "train_skip_dp_reduction", "no gradient for", "train"),
     Control("flux", "ulysses2", "native", "fp32", "cp_backward_local_only", "gradient of", "train"),
+    Control("flux", "tcp2", "native", "fp32", "tcp_own_kv_chunk", "gradient of", "train"),  # PyTorch's ring backward
+    Control("flux", "dp2", "native", "fp32", "dp_same_samples", "loss: rel err", "train"),
+    Control("flux", "dp2xtcp2", "native", "fp32", "dp_same_samples", "loss: rel err", "train"),  # FSDP2 x torch CP
     Control("qwenimage", "ring2", "_native_flash", "fp32", "cp_backward_local_only", "gradient of", "train"),
     Control("flux", "ulysses2", "native", "bf16", "cp_backward_local_only", "gradient", "train"),
     # The communication proof: each is also wrong in numbers, but the FAIL names the exchange that never happened.

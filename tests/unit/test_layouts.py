@@ -42,3 +42,27 @@ def test_diffusers_configs():
     assert isinstance(parse_layout("tp4").diffusers_config(), TensorParallelConfig)
     assert parse_layout("single").diffusers_config() is None
     assert parse_layout("ring2").mesh_spec() == ((2, 1), ("ring", "ulysses"))
+
+
+@pytest.mark.parametrize(
+    ("name", "torch_cp", "dp", "rotate", "load_balance", "mesh"),
+    [
+        ("tcp2", 2, 1, "allgather", False, ((2,), ("cp",))),
+        ("tcp4alltoall", 4, 1, "alltoall", False, ((4,), ("cp",))),
+        ("tcp2lb", 2, 1, "allgather", True, ((2,), ("cp",))),
+        ("dp2xtcp2", 2, 2, "allgather", False, ((2, 2), ("dp", "cp"))),
+    ],
+)
+def test_pytorchs_context_parallel_layouts(name, torch_cp, dp, rotate, load_balance, mesh):
+    """PyTorch's own CP: its own degree and mesh (torchtitan's `dp, cp`), no diffusers config."""
+    layout = parse_layout(name)
+    assert (layout.torch_cp, layout.dp, layout.rotate, layout.load_balance) == (torch_cp, dp, rotate, load_balance)
+    assert layout.world_size == torch_cp * dp and layout.mesh_spec() == mesh
+    assert layout.is_torch_context_parallel and not layout.is_context_parallel
+    assert layout.diffusers_config() is None
+
+
+@pytest.mark.parametrize("name", ["tcp1", "tcp", "tcp2xulysses2", "tp2+tcp2", "tcp2lballtoall"])
+def test_bad_torch_cp_layout_names(name):
+    with pytest.raises(HarnessError, match="valid forms|at least 2"):
+        parse_layout(name)

@@ -32,4 +32,15 @@ def make_inputs(generator, shape: Shape):
     }
 
 
-SPEC = ModelSpec("flux", "FluxTransformer2DModel", CONFIG, make_inputs, SHAPES)
+# PyTorch's context parallelism shards each of these along its sequence dim, rank r keeping chunk r of each: the
+# joint attention then sees [text chunk r, image chunk r] on rank r, and non-causal unmasked attention does not care
+# in which order the ring brings the other ranks' keys. The position ids must be sharded exactly like their tokens,
+# or RoPE rotates a token by another token's position. `pooled_projections` and `timestep` have no sequence: whole.
+TORCH_CP_BUFFERS = {
+    "hidden_states": 1,  # (batch, image tokens, channels)
+    "encoder_hidden_states": 1,  # (batch, text tokens, dim)
+    "img_ids": 0,  # (image tokens, 3): the positions of hidden_states' tokens
+    "txt_ids": 0,  # (text tokens, 3): the positions of encoder_hidden_states' tokens
+}
+
+SPEC = ModelSpec("flux", "FluxTransformer2DModel", CONFIG, make_inputs, SHAPES, torch_cp_buffers=TORCH_CP_BUFFERS)

@@ -35,4 +35,8 @@ def make_inputs(generator, shape: Shape):
     }
 
 
-SPEC = ModelSpec("flux2", "Flux2Transformer2DModel", CONFIG, make_inputs, SHAPES)
+# As Flux (harness/catalogue/zoo/flux.py): each stream and its position ids sharded alike; here the ids carry a
+# batch axis. `timestep` and `guidance` have no sequence: whole.
+TORCH_CP_BUFFERS = {"hidden_states": 1, "encoder_hidden_states": 1, "img_ids": 1, "txt_ids": 1}
+
+SPEC = ModelSpec("flux2", "Flux2Transformer2DModel", CONFIG, make_inputs, SHAPES, torch_cp_buffers=TORCH_CP_BUFFERS)

@@ -94,11 +94,15 @@ def history_and_chunk(shape: Shape) -> dict[str, int]:
     return {}
 
 
+TORCH_CP_UNFIT = ("its video latents and their history are patchified inside the model and its RoPE positions "
+                  "computed from their shapes and frame indices: no input is the token sequence to shard")
+
 SPEC = ModelSpec("helios", "HeliosTransformer3DModel", CONFIG, make_inputs, SHAPES, cp_plan=pruned_cp_plan,
-                 split_lengths_of=history_and_chunk, timestep_scale=TIMESTEP_SCALE)
+                 split_lengths_of=history_and_chunk, timestep_scale=TIMESTEP_SCALE, torch_cp_unfit=TORCH_CP_UNFIT)
 
 # The same class with `is_amplify_history=True`: its attention processor derives the history length from the
 # rank's local sequence and the full-sequence `original_context_length`, which context parallelism makes disagree.
 AMPLIFY_SPEC = ModelSpec("helios_amplify", "HeliosTransformer3DModel", {**CONFIG, "is_amplify_history": True},
                          make_inputs, shapes(Shape("default", frames=2)), cp_plan=pruned_cp_plan,
-                         split_lengths_of=history_and_chunk, timestep_scale=TIMESTEP_SCALE)
+                         split_lengths_of=history_and_chunk, timestep_scale=TIMESTEP_SCALE,
+                         torch_cp_unfit=TORCH_CP_UNFIT)

@@ -56,4 +56,7 @@ def make_inputs(generator, shape: Shape):
 
 
 SPEC = ModelSpec("ltx2", "LTX2VideoTransformer3DModel", CONFIG, make_inputs, SHAPES,
-                 timestep_scale=TIMESTEP_SCALE, timestep_keys=("timestep", "sigma"))
+                 timestep_scale=TIMESTEP_SCALE, timestep_keys=("timestep", "sigma"),
+                 torch_cp_unfit="its RoPE positions are computed inside the model from `num_frames`, `height`, "
+                                "`width` and `audio_num_frames`: sharded tokens would get the first chunk's "
+                                "positions on every rank")

@@ -87,4 +87,7 @@ SPEC = ModelSpec("minimax_h3", "MiniMaxH3Transformer3DModel", CONFIG, make_input
                  split_lengths_of=packed_length,
                  untrainable="its `timestep` holds one value per packed row (video, audio), not one per sample, and "
                              "the packed sequence mixes modalities: the flow-matching recipe needs the pipeline's row "
-                             "bookkeeping, which the zoo does not model")
+                             "bookkeeping, which the zoo does not model",
+                 torch_cp_unfit="it packs video, audio and text into one sequence by index tensors over the whole "
+                                "packed sequence (`video_indices`, `token_tags`, ...), which no per-buffer sharding "
+                                "keeps consistent")

@@ -71,5 +71,8 @@ def with_036_call(cls: type) -> type:
     return _as_036_pipeline_calls(cls, fill_lens, fill_mask) if fill_lens or fill_mask else cls
 
 
+QWEN_TORCH_CP = ("its RoPE positions are computed inside the model from `img_shapes` and the text length "
+                 "(QwenEmbedRope): sharded tokens would get the first chunk's positions on every rank")
+
 SPEC = ModelSpec("qwenimage", "QwenImageTransformer2DModel", CONFIG, make_inputs, SHAPES,
-                 compat_class=with_036_call)
+                 compat_class=with_036_call, torch_cp_unfit=QWEN_TORCH_CP)

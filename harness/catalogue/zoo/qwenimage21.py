@@ -48,4 +48,6 @@ def make_inputs(generator, shape: Shape):
 SPEC = ModelSpec("qwenimage21", "QwenImage21Transformer2DModel", CONFIG, make_inputs, SHAPES,
                  untrainable="its output is not shaped like `hidden_states` (24 tokens for 16 latent tokens here), "
                              "so the flow-matching target needs the pipeline's own unpacking, which the zoo does not "
-                             "model")
+                             "model",
+                 torch_cp_unfit="its RoPE positions come from `img_shapes` inside the model and it takes an "
+                                "`img_mask`, which PyTorch's CP ring does not take")

@@ -77,6 +77,12 @@ class ModelSpec:
     timestep_scale: float = 1.0
     timestep_keys: tuple[str, ...] = ("timestep",)
     untrainable: str | None = None
+    # PyTorch's context parallelism (the `tcpN` layouts, docs/torch_cp.md): the inputs `context_parallel` shards in
+    # place as buffers, {input name: its sequence dim}, and the output's sequence dim to unshard; None: the model
+    # cannot be run that way, and `torch_cp_unfit` says why (a plan-time SKIP).
+    torch_cp_buffers: dict[str, int] | None = None
+    torch_cp_output_dim: int = 1
+    torch_cp_unfit: str = "no sequence buffers declared for PyTorch's context parallelism"
 
     def split_lengths(self, shape: str = "default") -> dict[str, int]:
         """The sequence lengths a context-parallel layout splits for `shape` (what must divide by the degree)."""

@@ -54,5 +54,8 @@ def make_inputs(generator, shape: Shape):
     }
 
 
+VIDEO_TORCH_CP = ("its video latents are patchified inside the model and its RoPE positions computed from their "
+                  "shape: no input is the token sequence to shard as a buffer")
+
 SPEC = ModelSpec("wan", "WanTransformer3DModel", CONFIG, make_inputs, SHAPES, split_lengths_of=image_stream_only,
-                 timestep_scale=TIMESTEP_SCALE)
+                 timestep_scale=TIMESTEP_SCALE, torch_cp_unfit=VIDEO_TORCH_CP)
