@@ -62,6 +62,10 @@ class Check:
     figure: bool = True
 
 
+# Why `harness repro` scripts no case of PyTorch's context parallelism (the tcp layouts).
+TORCH_CP_NOT_SCRIPTED = ("a case under PyTorch's context parallelism is not scripted (the scripts drive diffusers' "
+                         "enable_parallelism); diffusers' context-parallel layouts are")
+
 # The checks every kind's cases get besides its own (harness.run.verdict).
 COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output placements", figure=False)}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.core.evidence import Evidence
 from harness.core.figures import FigureSpec, histogram
 from harness.core.options import Option
-from harness.kinds.base import Built, Check, Kind
+from harness.kinds.base import TORCH_CP_NOT_SCRIPTED, Built, Check, Kind
 
 MAX_ABS = FigureSpec("max_abs_err", "max abs err", cell="{value:.1e}")
 MEAN_ABS = FigureSpec("mean_abs_err", "mean abs err")
@@ -110,8 +110,11 @@ class TensorKind(Kind):
         return Built(model, lambda: run_model(model, inputs), cp_plan=spec.context_parallel_plan(model.config),
                      torch_cp_buffers=buffers, torch_cp_output_dim=spec.torch_cp_output_dim)
 
-    def repro_script(self, case) -> str:
-        return "tensor.py"
+    def repro_script(self, case) -> str | None:
+        return None if case.layout.is_torch_context_parallel else "tensor.py"
+
+    def repro_refusal(self, case) -> str:
+        return TORCH_CP_NOT_SCRIPTED
 
     def detach(self, output):
         return output.float().cpu()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from harness.core.evidence import Evidence, per_subject
 from harness.core.figures import FigureSpec, series, table
 from harness.core.options import Option
-from harness.kinds.base import Built, Check, Kind
+from harness.kinds.base import TORCH_CP_NOT_SCRIPTED, Built, Check, Kind
 
 TRAINED_SHAPES = ("default", "masked")
 _GRAD, _FINAL = "grad.", "final."
@@ -77,9 +77,12 @@ class TrainKind(Kind):
         return True
 
     def repro_script(self, case) -> str | None:
-        return None if case.layout.is_data_parallel or case.layout.tp > 1 else "train.py"
+        layout = case.layout
+        return None if layout.is_data_parallel or layout.tp > 1 or layout.is_torch_context_parallel else "train.py"
 
     def repro_refusal(self, case) -> str:
+        if case.layout.is_torch_context_parallel:
+            return TORCH_CP_NOT_SCRIPTED
         return ("a train case under tensor or data parallelism is not scripted (the harness gathers DTensors and runs "
                 "FSDP for it); context-parallel layouts are")
 

@@ -45,6 +45,8 @@ def test_the_script_imports_torch_and_diffusers_only(tmp_path, case_id):
 @pytest.mark.parametrize("case_id, said", [
     ("flux/ulysses2/native/fp32/image", "image cases are not scripted"),
     ("flux/dp2/native/fp32/train", "under tensor or data parallelism is not scripted"),
+    ("flux/tcp2/native/fp32/tensor", "PyTorch's context parallelism is not scripted"),
+    ("flux/tcp2/native/fp32/train", "PyTorch's context parallelism is not scripted"),
     ("flux@masked/ulysses2/native/fp32/tensor", "is not in the plan"),
     ("flux/ulysses2/native/fp32/tensor+cp_local_attention", "is not of the form"),
 ])
