@@ -133,7 +133,8 @@ class Worker:
                           dispatched=info["dispatched"], kernels=info["kernels"],
                           output_placements=info["output_placements"], functions=info["functions"],
                           expected_function=info["expected_function"], comms=info.get("comms"),
-                          comms_expected=info.get("comms_expected", []), metrics=metrics)
+                          comms_expected=info.get("comms_expected", []), compiled=info.get("compiled"),
+                          metrics=metrics)
 
     def report(self, record: CaseRecord) -> None:
         self.emit(events.Result(self.rank, time.time(), record))

@@ -49,6 +49,7 @@ class TrainKind(Kind):
               "ranks_disagree": Check("parameters (or loss)"), "loss_exact": Check(), "loss_rel": Check(),
               "grad_rel": Check("parameters"), "weight_abs": Check("parameters"), "grad_err_ratio": Check()}
     figures = (GRAD, LOSS, WORST, WEIGHTS, NONFINITE, NOISE, RATIO)
+    compiles = False  # its forward and backward under torch.compile are left (issue 25): compiled modes are SKIP
     options = (
         Option("models", None, "Models the train kind runs (default: those of --models).", is_list=True),
         Option("layouts", None, "Layouts the train kind runs, dpN and dpNx<cp> included (default: those of "

@@ -16,6 +16,8 @@ FAULTS = {
                              "all-reduce (each rank's partial sum; the forward is right)",
     "cp_attention_left_out": "context parallel: one attention module is left out of the parallel plan (its processor"
                              " never gets the CP config), so it attends to its own chunk and never communicates",
+    "cp_graph_break": "torch.compile: a graph break inside diffusers' context-parallel attention (the numbers stay "
+                      "right; a compiled case counts it, and --fullgraph makes it FAIL)",
     "ring_skips_exchange": "context parallel: the ring never exchanges K/V; every step reuses the rank's own",
     "redirect_dispatch": "backends: `_native_math` and `native` are silently served by each other",
     "math_runs_flash": "backends: `_native_math` is dispatched but the flash kernel executes",
@@ -261,6 +263,23 @@ def _cp_local_attention():
         return out.permute(0, 2, 1, 3)
 
     dispatch._templated_context_parallel_attention = local_only
+    try:
+        yield
+    finally:
+        dispatch._templated_context_parallel_attention = original
+
+
+@contextlib.contextmanager
+def _cp_graph_break():
+    from diffusers.models import attention_dispatch as dispatch
+
+    original = dispatch._templated_context_parallel_attention
+
+    def broken(*args, **kwargs):
+        torch._dynamo.graph_break()  # nothing in eager; under torch.compile the graph ends here
+        return original(*args, **kwargs)
+
+    dispatch._templated_context_parallel_attention = broken
     try:
         yield
     finally:

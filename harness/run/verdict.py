@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from harness.core import evidence
 from harness.core.evidence import Evidence, status_of
+from harness.core.figures import table
 from harness.core.records import Outcome, without_fault
 from harness.core.results import CaseResult, Status
 from harness.kinds import kind_of
+from harness.kinds.base import COMPILE_FIGURES
 from harness.rank import comms_check
 from harness.rank.kernels import dispatch_mismatch, function_mismatch, kernel_mismatch
 from harness.run.known_issues import KnownIssue
@@ -47,7 +49,7 @@ def judge(outcome: Outcome, settings) -> CaseResult:
     # what rank 0's numbers cannot show (other ranks' outputs, the output's type), then the numbers.
     items = _proof_failures(outcome.case.backend, record) + _integrity_failures(result, record,
                                                                              kind.rank_tolerance(policy))
-    return settle(result, items + numbers)
+    return settle(result, items + numbers + _compile_failures(result, record, settings.fullgraph))
 
 
 def settle(result: CaseResult, items: list[Evidence]) -> CaseResult:
@@ -97,7 +99,31 @@ def _proof_failures(backend: str, record) -> list[Evidence]:
     mismatch = comms_check.comms_mismatch(record.comms_expected, record.comms)
     if mismatch is not None:
         found.append(Evidence("proof.comms", mismatch))
+    elif record.compiled is not None and record.comms is not None and not record.comms_expected:
+        found.append(Evidence("proof.comms", "communication: under compile the graphs named none of the modules the "
+                                             "layout predicts exchanges for, so nothing proves them"))
     return found
+
+
+def _compile_failures(result: CaseResult, record, fullgraph: bool) -> list[Evidence]:
+    """A compiled case's graphs, graph breaks and recompiles as figures, Dynamo's reasons for each break in the
+    detail with what the proof could not see; under `fullgraph` a graph break is FAIL."""
+    if record.compiled is None:
+        return []
+    found = dict(record.compiled)
+    graphs, breaks, recompiles = COMPILE_FIGURES
+    result.figures += [graphs.of(found["graphs"]), breaks.of(found["graph_breaks"], 0 if fullgraph else None),
+                       recompiles.of(found["recompiles"])]
+    reasons = found.get("break_reasons") or {}
+    if reasons:
+        result.extra.setdefault("blocks", []).append(
+            table("Graph breaks (Dynamo's reasons)", ["reason", "count"], [[text, n] for text, n in reasons.items()]))
+    result.extra["compiled"] = {key: found[key] for key in ("mode", "executions", "notes") if key in found}
+    if not fullgraph or not found["graph_breaks"]:
+        return []
+    first = next(iter(reasons), "")
+    return [Evidence("graph_break", f"--fullgraph: {found['graph_breaks']} graph break(s) under {found['mode']}"
+                                    f" ({first})", value=found["graph_breaks"], limit=0)]
 
 
 def _comms(result: CaseResult, record) -> None:
