@@ -19,6 +19,7 @@ import shlex
 from pathlib import Path
 
 from harness.core.errors import HarnessError
+from harness.core.modes import EAGER
 from harness.core.reference import read_meta, reference_path
 from harness.versions.cases import planned
 
@@ -57,6 +58,9 @@ def run_command(script: Path, world_size: int, python: str | None = None) -> str
 
 def _case_data(case, settings, path: Path, meta: dict) -> dict:
     layout = case.layout
+    if case.mode != EAGER:
+        raise HarnessError(f"repro: {case.case_id}: a compiled case is not scripted (the script runs eager; "
+                           f"`harness run --modes {case.mode}` runs it compiled)")
     if meta.get("train") and (layout.is_data_parallel or layout.tp > 1):
         raise HarnessError(f"repro: {case.case_id}: a train case under tensor or data parallelism is not scripted "
                            "(the harness gathers DTensors and runs FSDP for it); context-parallel layouts are")

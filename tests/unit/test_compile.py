@@ -158,3 +158,21 @@ def test_bugs_traced_into_the_compiled_graph_fail_and_the_clean_twin_passes(sett
     assert local.status is Status.FAIL and "> tolerance" in local.reason
     assert graph_break.status is Status.FAIL and "--fullgraph" in graph_break.reason, graph_break.reason
     assert graph_break.figure("graph_breaks") >= 1 and graph_break.figure("max_abs_err") < 1e-5
+
+
+@pytest.mark.slow
+def test_inductor_compiles_the_toy_and_its_graph_still_proves_the_attention():
+    """The one Inductor test (it generates and builds C++: tens of seconds here): the same numbers as eager within
+    fusion noise, and the attention op read from the post-grad graph Inductor compiled."""
+    torch.manual_seed(0)
+    toy, x = _Toy(graph_break=False), torch.randn(1, 8, 8)
+    compiled = CompiledRun(MODES["compile"])
+    compiled.compile(toy)
+    with torch.no_grad():
+        eager = toy._call_impl(x)
+        toy(x)
+        with compiled:
+            output = toy(x)
+    assert torch.allclose(output, eager, atol=1e-5)
+    assert sum(compiled.executed().values()) == 2 and compiled.figures()["graphs"] == 1
+    assert any("Inductor" in note for note in compiled.figures()["notes"])
