@@ -107,7 +107,8 @@ def _proof_failures(backend: str, record) -> list[Evidence]:
 
 def _compile_failures(result: CaseResult, record, fullgraph: bool) -> list[Evidence]:
     """A compiled case's graphs, graph breaks and recompiles as figures, Dynamo's reasons for each break in the
-    detail with what the proof could not see; under `fullgraph` a graph break is FAIL."""
+    detail with what the proof could not see; a measured run that ran no compiled graph is a proof FAIL, and under
+    `fullgraph` a graph break is FAIL."""
     if record.compiled is None:
         return []
     found = dict(record.compiled)
@@ -119,11 +120,15 @@ def _compile_failures(result: CaseResult, record, fullgraph: bool) -> list[Evide
         result.extra.setdefault("blocks", []).append(
             table("Graph breaks (Dynamo's reasons)", ["reason", "count"], [[text, n] for text, n in reasons.items()]))
     result.extra["compiled"] = {key: found[key] for key in ("mode", "executions", "notes") if key in found}
-    if not fullgraph or not found["graph_breaks"]:
-        return []
-    first = next(iter(reasons), "")
-    return [Evidence("graph_break", f"--fullgraph: {found['graph_breaks']} graph break(s) under {found['mode']}"
-                                    f" ({first})", value=found["graph_breaks"], limit=0)]
+    items = []
+    if not any(found.get("executions") or ()):  # Dynamo skipped the frame, or fell back: an eager run is no proof
+        items.append(Evidence("proof.compiled", f"{found['mode']}: the measured run executed no compiled graph "
+                                                f"({found['graphs']} compiled), so it ran eager"))
+    if fullgraph and found["graph_breaks"]:
+        first = next(iter(reasons), "")
+        items.append(Evidence("graph_break", f"--fullgraph: {found['graph_breaks']} graph break(s) under "
+                                             f"{found['mode']} ({first})", value=found["graph_breaks"], limit=0))
+    return items
 
 
 def _comms(result: CaseResult, record) -> None:

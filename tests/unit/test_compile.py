@@ -136,6 +136,17 @@ def test_a_graph_break_is_counted_and_fails_only_under_fullgraph():
     assert _judged(clean, fullgraph=True).status is Status.PASS
 
 
+def test_a_compiled_case_that_ran_no_compiled_graph_is_a_proof_failure():
+    """A frame Dynamo skipped (or a fallback to eager) must never pass as compiled: the numbers are eager's."""
+    toy, x = _Toy(graph_break=False), torch.randn(1, 8, 8)
+    compiled = CompiledRun(MODES["aot_eager"])  # never handed the module: what a silent eager run looks like
+    with torch.no_grad(), compiled:
+        toy(x)
+    result = _judged(compiled, fullgraph=False)
+    assert result.status is Status.FAIL and "executed no compiled graph" in result.reason
+    assert _judged(_compiled_toy(graph_break=False), fullgraph=False).status is Status.PASS
+
+
 @pytest.mark.slow
 def test_bugs_traced_into_the_compiled_graph_fail_and_the_clean_twin_passes(settings_for, tmp_path):
     """aot_eager, flux ulysses2: each rank attending only to its own chunk FAILs on its numbers; a graph break in
