@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 import torch
 
 from harness.core.modes import Mode, mode_of
-from harness.rank import comms, kernels
+from harness.rank import backends, comms, kernels
 
 BACKWARD = "(backward)"
 # How Dynamo names the compiled module itself in nn_module_stack, and a submodule reached by item.
@@ -44,6 +44,7 @@ class CompiledRun:
         self.break_reasons: dict[str, int] = {}  # Dynamo's reason for each graph break -> times
         torch._dynamo.reset()  # a fresh cache per case: its graphs are this case's own
         torch._dynamo.utils.counters.clear()
+        backends.traced_into(None)  # notes left by an earlier compile (a baseline's) are not this case's
 
     def compile(self, module: torch.nn.Module) -> None:
         """In place (nn.Module.compile), whole; every graph through `backend`."""
@@ -51,6 +52,7 @@ class CompiledRun:
 
     def backend(self, gm: torch.fx.GraphModule, example_inputs):
         graph = _Graph(len(self.graphs))
+        graph.dispatched, graph.functions = backends.traced_into(gm.graph)
         self.graphs.append(graph)
         compiled = self._inner(graph)(gm, example_inputs)
 
@@ -112,9 +114,16 @@ class CompiledRun:
 
     def executed(self) -> dict[str, int]:
         """The attention kernels of the measured run (as harness.rank.recorder writes them)."""
+        return self._times("kernels")
+
+    def dispatches(self) -> tuple[dict[str, int], dict[str, int]]:
+        """diffusers' dispatches in the measured run's graphs, by backend name and by the function that ran."""
+        return self._times("dispatched"), self._times("functions")
+
+    def _times(self, what: str) -> dict[str, int]:
         total: Counter = Counter()
         for graph in self.graphs:
-            for name, count in graph.kernels.items():
+            for name, count in getattr(graph, what).items():
                 total[name] += count * graph.executions
         return dict(sorted(total.items()))
 
@@ -159,6 +168,8 @@ class _Graph:
     def __init__(self, index: int):
         self.index, self.executions = index, 0
         self.kernels: Counter = Counter()
+        self.dispatched: Counter = Counter()  # diffusers' backend dispatches traced into it (harness.rank.backends)
+        self.functions: Counter = Counter()
         self.collectives: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
         self.calls: dict[str, set] = defaultdict(set)
 

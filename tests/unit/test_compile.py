@@ -136,6 +136,32 @@ def test_a_graph_break_is_counted_and_fails_only_under_fullgraph():
     assert _judged(clean, fullgraph=True).status is Status.PASS
 
 
+def test_dispatches_inside_the_graph_count_per_execution_without_recompiling():
+    """The dispatch counter is noted at trace time: a count Dynamo could see would be guarded on, and every call of
+    a multi-call run (an image case's denoising steps) would recompile."""
+    from harness.rank import backends
+
+    attention = backends._counted("native", torch.nn.functional.scaled_dot_product_attention)
+
+    class Counted(torch.nn.Module):
+        def forward(self, x):
+            q = x.view(1, 2, 8, 4)
+            return attention(q, q, q).reshape(1, 8, 8)
+
+    toy, x = Counted(), torch.randn(1, 8, 8)
+    compiled = CompiledRun(MODES["aot_eager"])
+    compiled.compile(toy)
+    backends.reset_dispatches()
+    with torch.no_grad():
+        toy(x)
+        toy(x)
+        with compiled:
+            for _ in range(3):
+                toy(x)
+    assert compiled.dispatches()[0] == {"native": 3} and backends.dispatches() == {}
+    assert compiled.figures()["graphs"] == 1 and compiled.figures()["recompiles"] == 0
+
+
 def test_a_compiled_case_that_ran_no_compiled_graph_is_a_proof_failure():
     """A frame Dynamo skipped (or a fallback to eager) must never pass as compiled: the numbers are eager's."""
     toy, x = _Toy(graph_break=False), torch.randn(1, 8, 8)
