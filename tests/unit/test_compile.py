@@ -213,3 +213,23 @@ def test_inductor_compiles_the_toy_and_its_graph_still_proves_the_attention():
     assert torch.allclose(output, eager, atol=1e-5)
     assert sum(compiled.executed().values()) == 2 and compiled.figures()["graphs"] == 1
     assert any("Inductor" in note for note in compiled.figures()["notes"])
+
+
+def test_a_rank_that_said_done_may_exit_while_rank_0_still_judges(tmp_path):
+    """The last case of a launch: rank 1 is done and gone while rank 0 compiles the baseline; a rank gone without
+    saying so is still a death."""
+    import os
+    import subprocess
+    import sys
+
+    from harness.core.events import Done, Hello, Start
+    from harness.run.launch import _Watch
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    started = (Hello(0, 0.0, os.getpid()), Hello(1, 0.0, gone.pid), Start(0, 0.0, "case"))
+    for events, dead in ((started, [1]), ((*started, Done(1, 0.0)), [])):
+        watch = _Watch(tmp_path, 2)
+        for event in events:
+            watch._on(event)
+        assert watch.dead_ranks() == dead
