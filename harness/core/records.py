@@ -79,15 +79,17 @@ class GroupSpec:
     images_dir: str | None
     cases: list[Case]
     baselines: str | None = None  # a folder the run's launches share single-device baselines through (None: none)
+    compile_cache: str | None = None  # Inductor's cache folder for the ranks (None: Inductor's default)
 
     def to_dict(self) -> dict:
         return {"workdir": self.workdir, "references": self.references, "images_dir": self.images_dir,
-                "cases": [case.to_dict() for case in self.cases], "baselines": self.baselines}
+                "cases": [case.to_dict() for case in self.cases], "baselines": self.baselines,
+                "compile_cache": self.compile_cache}
 
     @classmethod
     def from_dict(cls, data: dict) -> GroupSpec:
         return cls(data["workdir"], data["references"], data.get("images_dir"),
-                   [Case.from_dict(case) for case in data["cases"]], data.get("baselines"))
+                   [Case.from_dict(case) for case in data["cases"]], data.get("baselines"), data.get("compile_cache"))
 
 
 @dataclass

@@ -154,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     `fatal` event with its own traceback before it exits, so the launcher reports that, not torchrun's summary."""
     argv = sys.argv[1:] if argv is None else argv
     group = GroupSpec.from_dict(json.loads(Path(argv[0]).read_text()))
+    if group.compile_cache:  # read by Inductor when it first compiles
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = group.compile_cache
     rank = int(os.environ.get("RANK", 0))  # torchrun's; the process group does not exist yet
     stacks = open(Path(group.workdir) / f"rank{rank}.stacks", "a")  # open for the process's life
     faulthandler.register(STACKS_SIGNAL, file=stacks, all_threads=True)  # the launcher asks before it kills a hang

@@ -52,6 +52,9 @@ class Settings:
                                           "a CPU (docs/compile.md).", True)
     fullgraph: bool = _option(False, "A compiled case whose model breaks into more than one graph (a graph break) is "
                                      "FAIL, not only counted.")
+    compile_cache: str = _option("", "Folder of Inductor's compile cache for the ranks (TORCHINDUCTOR_CACHE_DIR): a "
+                                     "graph compiled once is reused by later cases and runs; empty: Inductor's own "
+                                     "default, /tmp/torchinductor_$USER.")
     references: str = _option("references", "Directory of the captured fp32 references.")
     report_dir: str = _option("reports", "Directory where matrix.csv, matrix.md and results.json are written.")
     known_issues: str = _option("known_issues.toml", "TOML file of known failures that become XFAIL.")

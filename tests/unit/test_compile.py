@@ -72,6 +72,14 @@ def test_a_compiled_baseline_is_keyed_by_its_mode():
     assert Baselines._key(replace(eager, mode="aot_eager"), "native", None)[-1] == "aot_eager"
 
 
+def test_the_compile_cache_folder_travels_to_the_ranks():
+    from harness.core.records import GroupSpec
+
+    group = GroupSpec("work", "references", None, [], compile_cache="/cache")
+    assert GroupSpec.from_dict(group.to_dict()).compile_cache == "/cache"
+    assert settings().compile_cache == ""  # Inductor's own default folder
+
+
 class _Attention(torch.nn.Module):
     def __init__(self):
         super().__init__()
