@@ -18,6 +18,8 @@ FAULTS = {
                              " never gets the CP config), so it attends to its own chunk and never communicates",
     "cp_graph_break": "torch.compile: a graph break inside diffusers' context-parallel attention (the numbers stay "
                       "right; a compiled case counts it, and --fullgraph makes it FAIL)",
+    "compiled_only": "torch.compile: SDPA returns 1% larger values only while torch.compile traces it (eager is "
+                     "right, so only a compiled case can catch it)",
     "ring_skips_exchange": "context parallel: the ring never exchanges K/V; every step reuses the rank's own",
     "redirect_dispatch": "backends: `_native_math` and `native` are silently served by each other",
     "math_runs_flash": "backends: `_native_math` is dispatched but the flash kernel executes",
@@ -428,6 +430,21 @@ def _scaled_softmax():
         return original(query, key, value, *args, scale=base * 1.05, **kwargs)
 
     torch.nn.functional.scaled_dot_product_attention = scaled
+    try:
+        yield
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = original
+
+
+@contextlib.contextmanager
+def _compiled_only():
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def wrong_when_compiled(*args, **kwargs):
+        output = original(*args, **kwargs)
+        return output * 1.01 if torch.compiler.is_compiling() else output
+
+    torch.nn.functional.scaled_dot_product_attention = wrong_when_compiled
     try:
         yield
     finally:

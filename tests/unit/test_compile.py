@@ -184,19 +184,24 @@ def test_a_compiled_case_that_ran_no_compiled_graph_is_a_proof_failure():
 @pytest.mark.slow
 def test_bugs_traced_into_the_compiled_graph_fail_and_the_clean_twin_passes(settings_for, tmp_path):
     """aot_eager, flux ulysses2: each rank attending only to its own chunk FAILs on its numbers; a graph break in
-    diffusers' CP attention FAILs under --fullgraph; the clean twin PASSes with its exchanges proven from the
-    graphs."""
+    diffusers' CP attention FAILs under --fullgraph; SDPA wrong only while compiled FAILs compiled and PASSes eager;
+    the clean twin PASSes with its exchanges proven from the graphs."""
     from harness.core.records import case_id
     from harness.run import runner
     from harness.run.plan import PlannedCase
 
     clean = Case("flux", parse_layout("ulysses2"), "native", "fp32", mode="aot_eager")
-    plan = [PlannedCase(replace(clean, fault=fault)) for fault in (None, "cp_local_attention", "cp_graph_break")]
+    faults = (None, "cp_local_attention", "cp_graph_break", "compiled_only")
+    plan = [PlannedCase(replace(clean, fault=fault)) for fault in faults]
+    plan.append(PlannedCase(replace(clean, mode="eager", fault="compiled_only")))  # eager is right: PASS
     run = settings_for(report_dir=str(tmp_path / "reports"), fullgraph=True)
     results = {r.case_id: r for r in runner.run(run, plan, echo=lambda _: None, localize_failures=False).results}
     ids = [case_id("flux", "default", "ulysses2", "native", "fp32", "tensor", fault, mode="aot_eager")
-           for fault in (None, "cp_local_attention", "cp_graph_break")]
-    twin, local, graph_break = (results[name] for name in ids)
+           for fault in faults]
+    twin, local, graph_break, compiled_only = (results[name] for name in ids)
+    eager = results[case_id("flux", "default", "ulysses2", "native", "fp32", "tensor", "compiled_only")]
+    assert eager.status is Status.PASS, eager.reason
+    assert compiled_only.status is Status.FAIL and "> tolerance" in compiled_only.reason, compiled_only.reason
     assert twin.status is Status.PASS, twin.reason
     assert twin.figure("graph_breaks") == 0 and twin.figure("recompiles") == 0
     assert all(row["expected"] for row in twin.extra["comms"])  # every exchange predicted, from the graphs
