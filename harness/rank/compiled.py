@@ -20,6 +20,7 @@ from harness.core.modes import Mode, mode_of
 from harness.rank import backends, comms, kernels
 
 BACKWARD = "(backward)"
+_SDPA = torch.nn.functional.scaled_dot_product_attention  # the builtin Dynamo records, whatever wraps it
 # How Dynamo names the compiled module itself in nn_module_stack, and a submodule reached by item.
 _ROOT = re.compile(r"^\.?(L\['[^']*'\]|forward\.__self__|self\b)")
 _ITEM = re.compile(r"\.?(?:__dict__\['_modules'\]|_modules)\['([^']*)'\]|\[(\d+)\]")
@@ -55,6 +56,7 @@ class CompiledRun:
         graph.dispatched, graph.functions = backends.traced_into(gm.graph)
         self.graphs.append(graph)
         compiled = self._inner(graph)(gm, example_inputs)
+        graph.math_calls(sum(node.op == "call_function" and node.target is _SDPA for node in gm.graph.nodes))
 
         def run(*args):
             graph.executions += 1
@@ -183,6 +185,13 @@ class _Graph:
                     self.calls[_module(path)].add(key)
             module = BACKWARD if backward else (_module(list(stack.values())[-1][0]) if stack else "")
             self._op(node, module, backward)
+
+    def math_calls(self, sdpa_calls: int) -> None:
+        """SDPA's math path is a composite that AOTAutograd decomposes into plain ops: a Dynamo-level SDPA call
+        with no fused kernel beneath it in the ATen graph ran math (as harness.rank.recorder tells it in eager)."""
+        fused = sum(count for name, count in self.kernels.items() if name in kernels.SDPA_KERNELS)
+        if sdpa_calls > fused:
+            self.kernels[kernels.MATH] += sdpa_calls - fused
 
     def _op(self, node, module: str, backward: bool) -> None:
         target = node.target

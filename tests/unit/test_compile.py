@@ -132,6 +132,30 @@ def test_the_graph_is_the_proof_its_kernels_and_calls_counted_per_execution():
     assert compiled.figures()["graph_breaks"] == 0 and compiled.figures()["recompiles"] == 0
 
 
+def test_sdpa_s_math_path_decomposed_in_the_graph_is_still_named():
+    """AOTAutograd decomposes the math path into plain ops: the SDPA call Dynamo recorded without a fused kernel
+    beneath it is the math kernel, as the eager recorder tells it; a fused kernel is never taken for math."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from harness.rank import kernels
+
+    class Math(torch.nn.Module):
+        def forward(self, x):
+            q = x.view(1, 2, 8, 4)
+            with sdpa_kernel(SDPBackend.MATH):
+                return torch.nn.functional.scaled_dot_product_attention(q, q, q)
+
+    toy, x = Math(), torch.randn(1, 8, 8)
+    compiled = CompiledRun(MODES["aot_eager"])
+    compiled.compile(toy)
+    with torch.no_grad():
+        toy(x)
+        with compiled:
+            toy(x)
+    assert compiled.executed() == {kernels.MATH: 1}
+    assert kernels.MATH not in _compiled_toy(graph_break=False).executed()
+
+
 def test_a_graph_break_is_counted_and_fails_only_under_fullgraph():
     broken, clean = _compiled_toy(graph_break=True), _compiled_toy(graph_break=False)
     assert broken.figures()["graph_breaks"] == 1 and broken.figures()["graphs"] == 2
