@@ -63,6 +63,7 @@ CONTROLS = [
     # Compiled (aot_eager, the cheap backend): the fault is traced into the graph, and its proof read from the graph.
     Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "> tolerance", mode="aot_eager"),
     Control("flux", "ulysses2", "native", "fp32", "compiled_only", "> tolerance", mode="aot_eager"),  # eager: right
+    Control("flux", "tp2", "native", "fp32", "tp_skip_allreduce", "> tolerance", mode="aot_eager"),  # DTensor traced
     Control("flux", "tp2", "flex", "fp32", "tp_skip_allreduce", "rank 1's output differs from rank 0's"),
     Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "vs fp32 reference: ssim", "image"),
     Control("flux", "ulysses2", "native", "bf16", "cp_local_attention", "vs single-device bf16: ssim", "image"),
