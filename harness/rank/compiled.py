@@ -65,21 +65,19 @@ class CompiledRun:
         return run
 
     def _inner(self, graph: _Graph):
+        """The mode's compiler with `graph` reading each ATen graph it is handed (forward, backward) first."""
         from torch._dynamo.backends.common import aot_autograd
-
-        def read(gm, inputs, backward=False):
-            graph.read(gm, backward)
 
         if self.mode.backend == "aot_eager":
             from torch._dynamo.backends.debugging import boxed_nop
             from torch._functorch.partitioners import min_cut_rematerialization_partition
 
             def forward(gm, inputs):
-                read(gm, inputs)
+                graph.read(gm, backward=False)
                 return boxed_nop(gm, inputs)
 
             def backward(gm, inputs):
-                read(gm, inputs, backward=True)
+                graph.read(gm, backward=True)
                 return boxed_nop(gm, inputs)
 
             return aot_autograd(fw_compiler=forward, bw_compiler=backward,
@@ -89,7 +87,7 @@ class CompiledRun:
         from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
         def inner(gm, inputs, **kwargs):
-            read(gm, inputs, backward=bool(kwargs.get("is_backward")))
+            graph.read(gm, backward=bool(kwargs.get("is_backward")))
             return compile_fx_inner(gm, inputs, **kwargs)  # Inductor's FX graph cache still serves its code
 
         def inductor(gm, inputs):
