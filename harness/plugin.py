@@ -199,6 +199,9 @@ def _numbers(result) -> str:
 
 
 def rerun_command(result) -> str:
-    """The `harness run` that runs exactly this case's model, shape, layout, backend, dtype and kind."""
+    """The `harness run` that runs exactly this case's model, shape, layout, backend, dtype, kind and mode."""
+    from harness.core.modes import EAGER
+
     return (f"harness run --models {result.model} --shapes {result.shape} --layouts {result.layout} "
-            f"--backends {result.backend} --dtypes {result.dtype} --kinds {result.kind}")
+            f"--backends {result.backend} --dtypes {result.dtype} --kinds {result.kind}"
+            + ("" if result.mode == EAGER else f" --modes {result.mode}"))

@@ -28,16 +28,17 @@ AXES: tuple[Axis, ...] = (
     Axis("backend", "backends", "backend"),
     Axis("dtype", "dtypes", "dtype"),
     Axis("kind", "kinds", "kind", product=False),
+    Axis("mode", "modes", "mode", default="eager"),  # eager or compiled (harness.core.modes)
 )
 NAMES = tuple(axis.name for axis in AXES)
 FAULT = "+"  # what joins a negative control's fault to the id of the case it breaks
 
 
 def spell(values: dict[str, str], fault: str | None = None) -> str:
-    """The case id of these axis values: `model[@shape]/layout/backend/dtype/kind[+fault]`."""
+    """The case id of these axis values: `model[@shape]/layout/backend/dtype/kind[/mode][+fault]`."""
     text = ""
     for axis in AXES:
-        value = str(values[axis.name])
+        value = str(values[axis.name] if axis.default is None else values.get(axis.name, axis.default))
         if axis.default is not None and value == axis.default:
             continue
         text += (axis.joiner if text else "") + value
@@ -45,7 +46,7 @@ def spell(values: dict[str, str], fault: str | None = None) -> str:
 
 
 def product_axes() -> tuple[Axis, ...]:
-    """The axes whose every value the plan crosses with every case (backend, dtype, and any axis added later)."""
+    """The axes whose every value the plan crosses with every case (backend, dtype, mode, and any axis added later)."""
     return tuple(axis for axis in AXES if axis.product)
 
 

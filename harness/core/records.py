@@ -21,7 +21,7 @@ STACKS_SIGNAL = signal.SIGUSR1  # a rank dumps its Python stacks on it (faulthan
 
 @dataclass(frozen=True)
 class Case:
-    """One planned run: model x shape x layout x backend x dtype x kind; its id is the pytest id too."""
+    """One planned run: model x shape x layout x backend x dtype x kind x mode; its id is the pytest id too."""
 
     model: str
     layout: Layout
@@ -29,6 +29,7 @@ class Case:
     dtype: str
     kind: str = "tensor"
     shape: str = "default"
+    mode: str = "eager"  # eager or compiled (harness.core.modes)
     fault: str | None = None  # a deliberate bug for negative controls (harness.rank.faults)
     weights_dir: str | None = None  # a local checkpoint folder (`--weights`); the shape then names the folder
     localize: bool = False  # run to find where it breaks (harness.rank.localize), not to judge it again
@@ -78,15 +79,17 @@ class GroupSpec:
     images_dir: str | None
     cases: list[Case]
     baselines: str | None = None  # a folder the run's launches share single-device baselines through (None: none)
+    compile_cache: str | None = None  # Inductor's cache folder for the ranks (None: Inductor's default)
 
     def to_dict(self) -> dict:
         return {"workdir": self.workdir, "references": self.references, "images_dir": self.images_dir,
-                "cases": [case.to_dict() for case in self.cases], "baselines": self.baselines}
+                "cases": [case.to_dict() for case in self.cases], "baselines": self.baselines,
+                "compile_cache": self.compile_cache}
 
     @classmethod
     def from_dict(cls, data: dict) -> GroupSpec:
         return cls(data["workdir"], data["references"], data.get("images_dir"),
-                   [Case.from_dict(case) for case in data["cases"]], data.get("baselines"))
+                   [Case.from_dict(case) for case in data["cases"]], data.get("baselines"), data.get("compile_cache"))
 
 
 @dataclass
@@ -115,6 +118,7 @@ class CaseRecord:
     output_placements: str | None = None  # the output was a DTensor with these placements (diffusers returns plain)
     rank_max_diff: list[float | None] = field(default_factory=list)  # each rank's output vs rank 0's (None: shape)
     phases: dict[str, float] = field(default_factory=dict)  # rank 0's seconds per phase of the case
+    compiled: dict[str, Any] | None = None  # what torch.compile made of the model (harness.rank.compiled); None: eager
     metrics: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -67,6 +67,7 @@ class CaseResult:
     seconds: float | None = None
     peak_mem_mb: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    mode: str = "eager"  # eager or compiled (harness.core.modes); last, so positional records read as before
 
     def figure(self, name: str) -> Any:
         """The value of the figure `name` (None when the case has none)."""

@@ -1,6 +1,6 @@
 """The single-device baselines (rank 0 only): what the dtype alone costs, the case's model in its dtype on one
 device, with the case's backend for a parallel layout or `native` SDPA when the case compares a backend on one
-device; and the other draws of its noise where the kind asks for them (harness.rank.noise).
+device, compiled as the case is; and the other draws of its noise where the kind asks for them (harness.rank.noise).
 
 Computed once per run: kept for the launch, and handed to later launches through a shared folder (the one-rank
 launch runs first, and its cases' own outputs are most of the baselines the others need). A failure is kept as its
@@ -15,10 +15,12 @@ from pathlib import Path
 
 import torch
 
+from harness.core.modes import EAGER
 from harness.core.records import Case
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
 from harness.rank import backends, faults
+from harness.rank.compiled import compile_like
 
 
 class Baselines:
@@ -51,7 +53,9 @@ class Baselines:
 
     @staticmethod
     def _key(case: Case, backend: str, model_change: str | None, draw: str | None = None) -> tuple:
-        return case.model, case.shape, case.kind, case.weights_dir, backend, case.dtype, model_change, draw
+        """A compiled case's baseline is compiled the same way: compile's own fusion noise is in its budget."""
+        mode = () if case.mode == EAGER else (case.mode,)  # eager keys (and their files) as they were
+        return case.model, case.shape, case.kind, case.weights_dir, backend, case.dtype, model_change, draw, *mode
 
     def _file(self, key: tuple) -> Path:
         return self.shared / (hashlib.sha256(repr(key).encode()).hexdigest()[:24] + ".pt")
@@ -80,6 +84,7 @@ class Baselines:
             if draw is not None:
                 built.twin(draw)
             with faults.active(model_change):
+                compile_like(case.mode, built.module)
                 return kind.detach(built.run())
         except Exception as error:  # noqa: BLE001 - reported with the case, never fatal
             return backends.first_line(error)

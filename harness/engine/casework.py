@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import time
 
+from harness.core.modes import mode_of
 from harness.core.records import Case
 from harness.engine.baselines import Baselines
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
 from harness.rank import backends, comms_check, faults, torch_cp
+from harness.rank.compiled import CompiledRun
 from harness.rank.recorder import RunRecorder
 
 
@@ -23,8 +25,9 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
     with faults.active(case.fault):
         with context.phase("parallel setup"):
             context.apply_layout(case, built)
+        compiled = _compile(context, case, built)
         backends.reset_dispatches()
-        recorder = RunRecorder(built.module, built.kernel_scope)
+        recorder = compiled or RunRecorder(built.module, built.kernel_scope)
         context.sync(reset_peak=True)
         forward_started = time.perf_counter()
         with context.torch_context_parallel(case, built):
@@ -33,6 +36,9 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
         forward_s, seconds = time.perf_counter() - forward_started, time.perf_counter() - started
         context.phases["forward"] += forward_s
         dispatched, functions = backends.dispatches(), backends.functions_run()
+        if compiled:  # those inside the compiled graphs, besides any that ran eager
+            dispatched, functions = (_sum(eager, traced) for eager, traced in zip((dispatched, functions),
+                                                                                  compiled.dispatches(), strict=True))
         proof = _prove_comms(case, built, recorder) if case.layout.world_size > 1 else {}
     if case.layout.is_torch_context_parallel and built.torch_cp_output_dim is not None:
         output = torch_cp.unshard(case.layout, context.mesh(case.layout), output, built.torch_cp_output_dim)
@@ -42,10 +48,29 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
         output = output.full_tensor()
     return output, {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched,
                     "kernels": recorder.executed(), "output_placements": placements, "functions": functions,
-                    "expected_function": backends.expected_function(case.backend), **proof}
+                    "expected_function": backends.expected_function(case.backend),
+                    "compiled": compiled.figures() if compiled else None, **proof}
 
 
-def _prove_comms(case: Case, built, recorder: RunRecorder) -> dict:
+def _compile(context: RankContext, case: Case, built) -> CompiledRun | None:
+    """A compiled mode: the kind's module compiled in place after the layout, and run once, the compile (its own
+    phase); the measured run that follows reuses its graphs, and what it compiles anew counts as recompiles."""
+    mode = mode_of(case.mode)
+    if mode.backend is None:
+        return None
+    compiled = CompiledRun(mode)
+    with context.phase("compile"):
+        compiled.compile(built.module)
+        built.run()
+        context.sync()
+    return compiled
+
+
+def _sum(first: dict[str, int], second: dict[str, int]) -> dict[str, int]:
+    return {name: first.get(name, 0) + second.get(name, 0) for name in sorted({*first, *second})}
+
+
+def _prove_comms(case: Case, built, recorder: RunRecorder | CompiledRun) -> dict:
     """The collectives the run performed, and what the layout predicts it must have (harness.rank.comms_check)."""
     expected = comms_check.predict(built.module, case.layout, built.cp_plan, recorder)
     return {"comms": recorder.recorded(), "comms_expected": [item.to_dict() for item in expected]}

@@ -133,7 +133,8 @@ class Worker:
                           dispatched=info["dispatched"], kernels=info["kernels"],
                           output_placements=info["output_placements"], functions=info["functions"],
                           expected_function=info["expected_function"], comms=info.get("comms"),
-                          comms_expected=info.get("comms_expected", []), metrics=metrics)
+                          comms_expected=info.get("comms_expected", []), compiled=info.get("compiled"),
+                          metrics=metrics)
 
     def report(self, record: CaseRecord) -> None:
         self.emit(events.Result(self.rank, time.time(), record))
@@ -153,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     `fatal` event with its own traceback before it exits, so the launcher reports that, not torchrun's summary."""
     argv = sys.argv[1:] if argv is None else argv
     group = GroupSpec.from_dict(json.loads(Path(argv[0]).read_text()))
+    if group.compile_cache:  # read by Inductor when it first compiles
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = group.compile_cache
     rank = int(os.environ.get("RANK", 0))  # torchrun's; the process group does not exist yet
     stacks = open(Path(group.workdir) / f"rank{rank}.stacks", "a")  # open for the process's life
     faulthandler.register(STACKS_SIGNAL, file=stacks, all_threads=True)  # the launcher asks before it kills a hang

@@ -12,6 +12,7 @@ import importlib
 import os
 
 from harness.core.errors import HarnessError
+from harness.core.modes import EAGER
 from harness.kinds.base import COMMON_CHECKS, Built, Check, Kind
 from harness.kinds.image import ImageKind
 from harness.kinds.tensor import TensorKind
@@ -44,6 +45,17 @@ def known_checks() -> dict[str, Check]:
     return found
 
 
+def repro_template(case) -> tuple[str | None, str]:
+    """The template under harness/versions/repro_scripts/ that `harness repro` scripts the case from, or None and
+    why not: the scripts run eager, and the case's kind says which of its cases they reproduce."""
+    if case.mode != EAGER:
+        return None, (f"a compiled case is not scripted (the script runs eager; `harness run --modes {case.mode}` "
+                      "runs it compiled)")
+    kind = kind_of(case.kind)
+    template = kind.repro_script(case)
+    return template, "" if template is not None else kind.repro_refusal(case)
+
+
 for _kind in (TensorKind(), ImageKind(), TrainKind()):
     register(_kind)
 for _module in filter(None, (name.strip() for name in os.environ.get(ENV, "").split(","))):
@@ -52,4 +64,4 @@ for _module in filter(None, (name.strip() for name in os.environ.get(ENV, "").sp
     except ImportError as error:
         raise HarnessError(f"{ENV}: cannot import kind module {_module!r} ({error})") from None
 
-__all__ = ["ENV", "KINDS", "Built", "Check", "Kind", "kind_of", "known_checks", "register"]
+__all__ = ["ENV", "KINDS", "Built", "Check", "Kind", "kind_of", "known_checks", "register", "repro_template"]

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.core.figures import FigureSpec
 from harness.core.options import Option
 
 if TYPE_CHECKING:
     import torch
 
     from harness.core.evidence import Evidence
-    from harness.core.figures import FigureSpec
     from harness.core.records import Case
     from harness.core.reference import Reference
     from harness.core.results import CaseResult
@@ -66,8 +66,13 @@ class Check:
 TORCH_CP_NOT_SCRIPTED = ("a case under PyTorch's context parallelism is not scripted (the scripts drive diffusers' "
                          "enable_parallelism); diffusers' context-parallel layouts are")
 
-# The checks every kind's cases get besides its own (harness.run.verdict).
-COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output placements", figure=False)}
+# The checks every kind's cases get besides its own (harness.run.verdict); `graph_break` under `--fullgraph` only.
+COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output placements", figure=False),
+                 "graph_break": Check()}
+
+# What every compiled case (harness.core.modes) reports of its compile, after its kind's own figures.
+COMPILE_FIGURES = (FigureSpec("graphs", "compiled graphs", "d"), FigureSpec("graph_breaks", "graph breaks", "d"),
+                   FigureSpec("recompiles", "recompiles in the measured run", "d"))
 
 
 class Kind:
@@ -83,6 +88,7 @@ class Kind:
     limits: Option | None = None  # its per-dtype limits: `[tool.harness.<name>] fp32 = ...`
     cost_s: float = 0.4  # rough seconds of one case on one rank, to balance the parts of `--shard K/N`
     torch_context_parallel: bool = False  # whether its cases run under PyTorch's context parallelism (tcp layouts)
+    compiles: bool = True  # its module runs under torch.compile's modes (harness.core.modes); False: SKIP there
 
     def all_options(self) -> list[Option]:
         """Its options and its limits table, owned by it (their flat keys `<kind>_<name>`)."""

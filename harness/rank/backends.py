@@ -167,6 +167,9 @@ def first_line(error: BaseException) -> str:
 
 _counters: Counter = Counter()  # by the registry name a call went through
 _functions: Counter = Counter()  # by the identity (module.qualname) of the function that actually ran
+# A call Dynamo traces is not counted (Dynamo would guard on the count, and recompile when it moves): it is noted
+# at trace time with the graph being built, and counted as often as that graph runs (harness.rank.compiled).
+_traced: list[tuple[str, str, object]] = []
 
 
 def identity(fn) -> str:
@@ -186,14 +189,34 @@ def install_dispatch_counters() -> None:
 def _counted(name: str, fn):
     ran = identity(fn)
 
+    def note(context) -> None:  # at trace time; a restarted trace notes again, into its own new graph
+        _traced.append((name, ran, context.graph()))
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        _counters[name] += 1
-        _functions[ran] += 1
+        if torch.compiler.is_compiling():
+            from torch._dynamo.comptime import comptime
+
+            comptime(note)
+        else:
+            _counters[name] += 1
+            _functions[ran] += 1
         return fn(*args, **kwargs)
 
     wrapper._harness_counted = True
     return wrapper
+
+
+def traced_into(graph) -> tuple[Counter, Counter]:
+    """The dispatches (by name, by function) Dynamo traced into `graph`; every note is then forgotten (the notes of
+    a trace Dynamo abandoned name a graph that no backend is ever handed)."""
+    names, functions = Counter(), Counter()
+    for name, ran, into in _traced:
+        if into is graph:
+            names[name] += 1
+            functions[ran] += 1
+    _traced.clear()
+    return names, functions
 
 
 def reset_dispatches() -> None:

@@ -16,6 +16,10 @@ FAULTS = {
                              "all-reduce (each rank's partial sum; the forward is right)",
     "cp_attention_left_out": "context parallel: one attention module is left out of the parallel plan (its processor"
                              " never gets the CP config), so it attends to its own chunk and never communicates",
+    "cp_graph_break": "torch.compile: a graph break inside diffusers' context-parallel attention (the numbers stay "
+                      "right; a compiled case counts it, and --fullgraph makes it FAIL)",
+    "compiled_only": "torch.compile: SDPA returns 10% larger values only while torch.compile traces it (eager is "
+                     "right, so only a compiled case can catch it)",
     "ring_skips_exchange": "context parallel: the ring never exchanges K/V; every step reuses the rank's own",
     "redirect_dispatch": "backends: `_native_math` and `native` are silently served by each other",
     "math_runs_flash": "backends: `_native_math` is dispatched but the flash kernel executes",
@@ -273,6 +277,23 @@ def _cp_local_attention():
 
 
 @contextlib.contextmanager
+def _cp_graph_break():
+    from diffusers.models import attention_dispatch as dispatch
+
+    original = dispatch._templated_context_parallel_attention
+
+    def broken(*args, **kwargs):
+        torch._dynamo.graph_break()  # nothing in eager; under torch.compile the graph ends here
+        return original(*args, **kwargs)
+
+    dispatch._templated_context_parallel_attention = broken
+    try:
+        yield
+    finally:
+        dispatch._templated_context_parallel_attention = original
+
+
+@contextlib.contextmanager
 def _tp_skip_allreduce():
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.parallel import RowwiseParallel
@@ -414,6 +435,21 @@ def _scaled_softmax():
         return original(query, key, value, *args, scale=base * 1.05, **kwargs)
 
     torch.nn.functional.scaled_dot_product_attention = scaled
+    try:
+        yield
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = original
+
+
+@contextlib.contextmanager
+def _compiled_only():
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def wrong_when_compiled(*args, **kwargs):
+        output = original(*args, **kwargs)
+        return output * 1.1 if torch.compiler.is_compiling() else output
+
+    torch.nn.functional.scaled_dot_product_attention = wrong_when_compiled
     try:
         yield
     finally:

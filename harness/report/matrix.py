@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.core import figures
+from harness.core import axes, figures
 from harness.core.records import Case
 from harness.core.results import CaseResult, Status
 from harness.report.data import OBSERVED, anchor, link
 from harness.report.idsets import describe
 
 # Around the figures, which are each kind's own (a column per figure name, in the kinds' order: harness.core.figures).
-LEADING = ["case_id", "model", "shape", "kind", "layout", "world_size", "backend", "dtype", "status"]
+_FIRST = ["case_id", "model", "shape", "kind", "layout", "world_size", "backend", "dtype"]
+LEADING = [*_FIRST, *(name for name in axes.NAMES if name not in _FIRST), "status"]  # an axis added later: its column
 TRAILING = ["first_divergence", "dispatched", "kernels", "comms", "reason", "seconds", "peak_mem_mb"]
 WIDTH = 120  # terminal columns every line of `terminal()` fits in
 _INDEX_MAX, _CELL_MAX = 40, 24  # caps that keep one label plus one cell under WIDTH whatever the names
@@ -93,8 +94,12 @@ def _column(result: CaseResult) -> str:
     """A block's column: what is left of the case id once model, layout and backend are known (the id's last part
     keeps a negative control's `+fault`, so two cases never share a cell)."""
     shape = "" if result.shape == "default" else f"@{result.shape} "
-    kind = result.case_id.rsplit("/", 1)[-1]
-    return _clip(f"{shape}{result.dtype}" + ("" if kind == _DEFAULT_KIND else f" {kind}"), _CELL_MAX)
+    fault = result.case_id.rsplit("/", 1)[-1].partition(axes.FAULT)[2]
+    later = axes.AXES[axes.NAMES.index("kind"):]  # the kind, and the axes declared after it
+    parts = [str(getattr(result, axis.name)) for axis in later
+             if getattr(result, axis.name) not in (axis.default, _DEFAULT_KIND) or (fault and axis.name == "kind")]
+    tail = " ".join(parts) + (f"{axes.FAULT}{fault}" if fault else "")
+    return _clip(f"{shape}{result.dtype}" + (f" {tail}" if tail else ""), _CELL_MAX)
 
 
 def _row(result: CaseResult) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.core import events
-from harness.core.events import Fatal, Hello, Problem, RankError, Result, Start
+from harness.core.events import Done, Fatal, Hello, Problem, RankError, Result, Start
 from harness.core.records import Case, CaseRecord, GroupSpec, Outcome
 from harness.run import procs
 from harness.run.launchers import Capacity, Local, node_env
@@ -49,6 +49,7 @@ class _Watch:
     progress: tuple[float, float] | None = None  # (CPU seconds of all ranks, when they last grew by PROGRESS_CPU_S)
     ready_at: float | None = None  # when the first rank said hello: imports, init and rendezvous are done
     fatal: dict[int, Fatal] = field(default_factory=dict)  # rank -> its failure outside any case (startup, cleanup)
+    finished: set[int] = field(default_factory=set)  # ranks that said they are done: their exit is no death
     nodes: dict[int, int] = field(default_factory=dict)  # rank -> the node it runs on (0: this one)
     hosts: dict[int, str] = field(default_factory=dict)  # rank -> the host name it reported
     view: NodeView | None = None  # the other nodes of a launch that spans several
@@ -79,6 +80,8 @@ class _Watch:
             self.rank_errors.setdefault(event.case_id, {}).setdefault(event.rank, (event, time.monotonic()))
         elif isinstance(event, Fatal):
             self.fatal.setdefault(event.rank, event)
+        elif isinstance(event, Done):
+            self.finished.add(event.rank)
         elif isinstance(event, Result):
             self.current = None
             return [event]
@@ -89,8 +92,8 @@ class _Watch:
         then stops the others, which must not be blamed; a rank that reported an error and then exited is a
         follower of whoever failed first."""
         now = time.monotonic()
-        for rank in self.pids:
-            if rank not in self.dead_since and not self._alive(rank):
+        for rank in self.pids:  # one that finished its cases may exit while rank 0 still judges the last one
+            if rank not in self.dead_since and rank not in self.finished and not self._alive(rank):
                 self.dead_since[rank] = now
         reported = self.rank_errors.get(self.current, {})
         return sorted((rank for rank in self.dead_since if rank not in reported),

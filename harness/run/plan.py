@@ -11,6 +11,7 @@ from harness.core import axes, compat
 from harness.core.dtypes import torch_dtype
 from harness.core.errors import HarnessError
 from harness.core.layouts import Layout, parse_layout
+from harness.core.modes import mode_of
 from harness.core.records import Case
 from harness.kinds import KINDS, kind_of
 from harness.rank import backends as backend_info
@@ -68,7 +69,7 @@ def skip_reason(case: Case, rank_limit: int | Capacity) -> str | None:
     if layout.tp > 1 and getattr(model_class, "_tp_plan", None) is None:
         return f"{spec.class_name} defines no _tp_plan"
     kind = kind_of(case.kind)
-    unavailable = kind.unavailable() or kind.skip_reason(case)
+    unavailable = kind.unavailable() or kind.skip_reason(case) or mode_skip(case, model_class)
     if unavailable is not None:
         return unavailable
     found = backend_info.probe(case.backend, case.dtype)
@@ -90,6 +91,21 @@ def torch_cp_unfit(case: Case) -> str | None:
     if uneven:
         return (f"PyTorch's context parallelism: {', '.join(uneven)} not divisible by the degree {degree} (its ring "
                 f"exchanges equal K/V chunks)")
+    return None
+
+
+def mode_skip(case: Case, model_class) -> str | None:
+    """Why a compiled mode cannot run this case (a plan-time SKIP), or None."""
+    mode = mode_of(case.mode)
+    if mode.backend is None:
+        return None
+    if not kind_of(case.kind).compiles:
+        return f"the {case.kind} kind is not compiled yet (issue 25: its forward and backward under torch.compile)"
+    if mode.regional and not getattr(model_class, "_repeated_blocks", None):
+        return f"{model_class.__name__} declares no _repeated_blocks (diffusers' compile_repeated_blocks needs them)"
+    if mode.regional:
+        return ("regional compilation is not proven yet: its blocks share one compiled graph, so the graphs cannot "
+                "say which block's module communicated (issue 25)")
     return None
 
 
@@ -147,12 +163,15 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
 
     A case diffusers is expected to refuse is a SKIP with the reason, or, with `check_refusals`, runs so that the
     refusal is seen (XFAIL) and a backend that runs where it should refuse is judged like any other case. `more`:
-    the values of the product axes declared after backend and dtype (harness.core.axes), by axis name."""
+    the values of the product axes declared after backend and dtype (harness.core.axes), by axis name (one not
+    given: its default)."""
     check_weights(weights_dir)
     for dtype in dtypes:
         torch_dtype(dtype)
     if fault is not None:
         faults.check(fault)
+    for mode in (more or {}).get("mode", ()):
+        mode_of(mode)
     known_backends = set(backend_info.all_backend_names())
     for backend in backends:
         if backend not in known_backends:
@@ -175,7 +194,8 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
         cpu_max_ranks = OPTIONS["cpu_max_ranks"].default
     limit = capacity or max_ranks(cpu_max_ranks)
     registry = backend_info.registry_problems()  # checked against the catalogue once per plan
-    crossed = {"backend": list(backends), "dtype": list(dtypes), **(more or {})}
+    defaults = {axis.name: [axis.default] for axis in axes.product_axes() if axis.default is not None}
+    crossed = {"backend": list(backends), "dtype": list(dtypes), **defaults, **(more or {})}  # not given: default
     if set(crossed) != {axis.name for axis in axes.product_axes()}:
         raise HarnessError(f"the plan crosses {sorted(crossed)}; the declared axes are "
                            f"{sorted(axis.name for axis in axes.product_axes())}")

@@ -30,13 +30,36 @@ def alive(pid: int) -> bool:
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process (Linux /proc); None where it cannot be read."""
+    """User + system CPU time of a process and of its children, live and reaped (Linux /proc); None where the
+    process's own cannot be read. A rank compiling with torch.compile waits while Inductor's worker processes and
+    the C++ compiler work: they are its progress."""
+    own = _stat_seconds(pid)
+    if own is None:
+        return None
+    return own + sum(_stat_seconds(child) or 0.0 for child in _descendants(pid))
+
+
+def _stat_seconds(pid: int) -> float | None:
+    """utime + stime + cutime + cstime (the last two: its children that it waited for)."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
             fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return None
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
+            try:
+                children = [int(child) for child in task.read_text().split()]
+            except (OSError, ValueError):
+                continue
+            found += children
+            todo += children
+    return found
 
 
 def ask_stacks(pids) -> None:

@@ -177,7 +177,8 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
     shutil.rmtree(workdir, ignore_errors=True)
     total, stats = len(done) + len(cases), GroupStats()  # cases kept by --resume count as done
     group = GroupSpec("", str(settings.path("references")), str(report_dir / "images"), [],
-                      baselines=str(workdir / "baselines"))
+                      baselines=str(workdir / "baselines"),
+                      compile_cache=str(settings.path("compile_cache")) if settings.compile_cache else None)
     launcher = launcher_from(settings)
     with open(report_dir / PARTIAL, "a") as partial, _shared(launcher.nnodes, workdir) as shared:
         nodes = Nodes(launcher, _capacity(settings), shared)
@@ -250,7 +251,7 @@ def _fingerprint(settings: Settings, versions: dict, metas: dict) -> str:
     import hashlib
 
     # where and how it ran, not what it checks
-    where = ("report_dir", "case_timeout", "keep_work", *OWN_OPTIONS, "gpus_per_node")
+    where = ("report_dir", "case_timeout", "keep_work", *OWN_OPTIONS, "gpus_per_node", "compile_cache")
     options = {key: value for key, value in settings.values.items() if key not in where}
     checksums = {"/".join(key): meta.get("checksum") for key, meta in sorted(metas.items())}
     payload = json.dumps([options, versions["environment"], checksums], sort_keys=True, default=str)

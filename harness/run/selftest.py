@@ -27,14 +27,16 @@ class Control:
     expected: str  # what the FAIL reason must say
     kind: str = "tensor"
     clean: Status = Status.PASS  # the clean twin's status (XFAIL: a known issue the fault must not hide behind)
+    mode: str = "eager"  # compiled modes (harness.core.modes): the bug must be caught in what the compiler made
 
     @property
     def clean_id(self) -> str:
-        return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind)
+        return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind, mode=self.mode)
 
     @property
     def name(self) -> str:
-        return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind, self.fault)
+        return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind, self.fault,
+                       mode=self.mode)
 
 
 _QUERY = "transformer_blocks.0.attn.to_q"
@@ -60,6 +62,10 @@ CONTROLS = [
     Control("flux", "ulysses2any", "native", "fp32", "cp_local_attention", "> tolerance"),
     Control("flux", "tcp2", "native", "fp32", "tcp_own_kv_chunk", "> tolerance"),  # PyTorch's own ring
     Control("flux", "tcp2", "native", "fp32", "tcp_positions_reversed", "> tolerance"),  # its buffers
+    # Compiled (aot_eager, the cheap backend): the fault is traced into the graph, and its proof read from the graph.
+    Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "> tolerance", mode="aot_eager"),
+    Control("flux", "ulysses2", "native", "fp32", "compiled_only", "> tolerance", mode="aot_eager"),  # eager: right
+    Control("flux", "tp2", "native", "fp32", "tp_skip_allreduce", "> tolerance", mode="aot_eager"),  # DTensor traced
     Control("flux", "tp2", "flex", "fp32", "tp_skip_allreduce", "rank 1's output differs from rank 0's"),
     Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "vs fp32 reference: ssim", "image"),
     Control("flux", "ulysses2", "native", "bf16", "cp_local_attention", "vs single-device bf16: ssim", "image"),
@@ -168,7 +174,7 @@ def control_plan(cpu_max_ranks: int, controls=tuple(CONTROLS)) -> list[PlannedCa
     plan, seen, limit = [], set(), max_ranks(cpu_max_ranks)
     for control in controls:
         faulty = Case(control.model, parse_layout(control.layout), control.backend, control.dtype,
-                      kind=control.kind, fault=control.fault)
+                      kind=control.kind, fault=control.fault, mode=control.mode)
         for case in (replace(faulty, fault=None), faulty):
             if case.case_id not in seen:
                 seen.add(case.case_id)

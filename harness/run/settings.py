@@ -46,6 +46,15 @@ class Settings:
                                  True)
     backends: list[str] = _option(list(EVERY_DEVICE), "Attention backends to run.", True)
     dtypes: list[str] = _option(["fp32", "bf16"], "Dtypes to run (fp32, bf16, fp16), comma-separated.", True)
+    modes: list[str] = _option(["eager"], "How the model runs: eager, compile (torch.compile, Inductor), regional "
+                                          "(diffusers' compile_repeated_blocks) or aot_eager (Dynamo and "
+                                          "AOTAutograd only); compiling costs tens of seconds to minutes a graph on "
+                                          "a CPU (docs/compile.md).", True)
+    fullgraph: bool = _option(False, "A compiled case whose model breaks into more than one graph (a graph break) is "
+                                     "FAIL, not only counted.")
+    compile_cache: str = _option("", "Folder of Inductor's compile cache for the ranks (TORCHINDUCTOR_CACHE_DIR): a "
+                                     "graph compiled once is reused by later cases and runs; empty: Inductor's own "
+                                     "default, /tmp/torchinductor_$USER.")
     references: str = _option("references", "Directory of the captured fp32 references.")
     report_dir: str = _option("reports", "Directory where matrix.csv, matrix.md and results.json are written.")
     known_issues: str = _option("known_issues.toml", "TOML file of known failures that become XFAIL.")

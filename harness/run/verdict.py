@@ -8,9 +8,11 @@ import shlex
 
 from harness.core import evidence
 from harness.core.evidence import Evidence, status_of
+from harness.core.figures import table
 from harness.core.records import Outcome, without_fault
 from harness.core.results import CaseResult, Status
-from harness.kinds import kind_of
+from harness.kinds import kind_of, repro_template
+from harness.kinds.base import COMPILE_FIGURES
 from harness.rank import comms_check
 from harness.rank.kernels import dispatch_mismatch, function_mismatch, kernel_mismatch
 from harness.run.known_issues import KnownIssue
@@ -49,7 +51,7 @@ def judge(outcome: Outcome, settings) -> CaseResult:
     # what rank 0's numbers cannot show (other ranks' outputs, the output's type), then the numbers.
     items = _proof_failures(outcome.case.backend, record) + _integrity_failures(result, record,
                                                                              kind.rank_tolerance(policy))
-    return settle(result, items + numbers)
+    return settle(result, items + numbers + _compile_failures(result, record, settings.fullgraph))
 
 
 def settle(result: CaseResult, items: list[Evidence]) -> CaseResult:
@@ -99,7 +101,36 @@ def _proof_failures(backend: str, record) -> list[Evidence]:
     mismatch = comms_check.comms_mismatch(record.comms_expected, record.comms)
     if mismatch is not None:
         found.append(Evidence("proof.comms", mismatch))
+    elif record.compiled is not None and record.comms is not None and not record.comms_expected:
+        found.append(Evidence("proof.comms", "communication: under compile the graphs named none of the modules the "
+                                             "layout predicts exchanges for, so nothing proves them"))
     return found
+
+
+def _compile_failures(result: CaseResult, record, fullgraph: bool) -> list[Evidence]:
+    """A compiled case's graphs, graph breaks and recompiles as figures, Dynamo's reasons for each break in the
+    detail with what the proof could not see; a measured run that ran no compiled graph is a proof FAIL, and under
+    `fullgraph` a graph break is FAIL."""
+    if record.compiled is None:
+        return []
+    found = dict(record.compiled)
+    graphs, breaks, recompiles = COMPILE_FIGURES
+    result.figures += [graphs.of(found["graphs"]), breaks.of(found["graph_breaks"], 0 if fullgraph else None),
+                       recompiles.of(found["recompiles"])]
+    reasons = found.get("break_reasons") or {}
+    if reasons:
+        result.extra.setdefault("blocks", []).append(
+            table("Graph breaks (Dynamo's reasons)", ["reason", "count"], [[text, n] for text, n in reasons.items()]))
+    result.extra["compiled"] = {key: found[key] for key in ("mode", "executions", "notes") if key in found}
+    items = []
+    if not any(found.get("executions") or ()):  # Dynamo skipped the frame, or fell back: an eager run is no proof
+        items.append(Evidence("proof.compiled", f"{found['mode']}: the measured run executed no compiled graph "
+                                                f"({found['graphs']} compiled), so it ran eager"))
+    if fullgraph and found["graph_breaks"]:
+        first = next(iter(reasons), "")
+        items.append(Evidence("graph_break", f"--fullgraph: {found['graph_breaks']} graph break(s) under "
+                                             f"{found['mode']} ({first})", value=found["graph_breaks"], limit=0))
+    return items
 
 
 def _comms(result: CaseResult, record) -> None:
@@ -170,7 +201,7 @@ def note_repro(result: CaseResult, case) -> CaseResult:
     """A FAIL that `harness repro` can script gets the command that writes its standalone script (what a maintainer
     attaches to an upstream report); the terminal and the page show it. A negative control is the harness's own
     bug, not one to report."""
-    if result.status is Status.FAIL and case.fault is None and kind_of(case.kind).repro_script(case) is not None:
+    if result.status is Status.FAIL and case.fault is None and repro_template(case)[0] is not None:
         result.extra["repro"] = f"harness repro {shlex.quote(result.case_id)}"
     return result
 

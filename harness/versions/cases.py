@@ -6,23 +6,25 @@ from __future__ import annotations
 import re
 
 from harness.core.errors import HarnessError
+from harness.core.modes import EAGER
 
 _ID = re.compile(r"^(?P<model>[A-Za-z0-9_]+)(?:@(?P<shape>[A-Za-z0-9_]+))?/(?P<layout>[^/]+)/(?P<backend>[^/]+)"
-                 r"/(?P<dtype>[^/]+)/(?P<kind>[^/+]+)$")
+                 r"/(?P<dtype>[^/]+)/(?P<kind>[^/+]+)(?:/(?P<mode>[^/+]+))?$")
 # The options a case id fixes; with --models/--layouts/--shapes given, the train kind takes them too.
-DERIVED = ("models", "shapes", "layouts", "backends", "dtypes", "kinds", "train_models", "train_layouts",
+DERIVED = ("models", "shapes", "layouts", "backends", "dtypes", "kinds", "modes", "train_models", "train_layouts",
            "train_shapes")
-FORMAT = "model[@shape]/layout/backend/dtype/kind, e.g. qwenimage@masked/ulysses2/native/fp32/tensor"
+FORMAT = "model[@shape]/layout/backend/dtype/kind[/mode], e.g. qwenimage@masked/ulysses2/native/fp32/tensor"
 
 
 def parse_case_id(case_id: str) -> dict[str, str]:
-    """{model, shape, layout, backend, dtype, kind} of an id; a HarnessError for anything else (a fault suffix too:
-    a deliberate bug is no finding to bisect or report)."""
+    """{model, shape, layout, backend, dtype, kind, mode} of an id; a HarnessError for anything else (a fault suffix
+    too: a deliberate bug is no finding to bisect or report)."""
     match = _ID.match(case_id.strip())
     if match is None:
         raise HarnessError(f"case id {case_id!r} is not of the form {FORMAT}")
     parts = match.groupdict()
     parts["shape"] = parts["shape"] or "default"
+    parts["mode"] = parts["mode"] or EAGER
     return parts
 
 
@@ -30,9 +32,10 @@ def plan_options(case_ids: list[str]) -> dict[str, str]:
     """The plan options (comma-separated values, as on the command line) whose plan holds every id in `case_ids`."""
     parsed = [parse_case_id(case_id) for case_id in case_ids]
     values = {part: ",".join(dict.fromkeys(item[part] for item in parsed))
-              for part in ("model", "shape", "layout", "backend", "dtype", "kind")}
+              for part in ("model", "shape", "layout", "backend", "dtype", "kind", "mode")}
     return {"models": values["model"], "shapes": values["shape"], "layouts": values["layout"],
-            "backends": values["backend"], "dtypes": values["dtype"], "kinds": values["kind"]}
+            "backends": values["backend"], "dtypes": values["dtype"], "kinds": values["kind"],
+            "modes": values["mode"]}
 
 
 def as_flags(options: dict[str, str]) -> list[str]:

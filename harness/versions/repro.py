@@ -20,7 +20,7 @@ from pathlib import Path
 
 from harness.core.errors import HarnessError
 from harness.core.reference import read_meta, reference_path
-from harness.kinds import kind_of
+from harness.kinds import repro_template
 from harness.versions.cases import planned
 
 SCRIPTS = Path(__file__).with_name("repro_scripts")
@@ -33,10 +33,9 @@ def write_repro(case_id: str, out: Path | None = None, overrides: dict | None = 
 
     item = planned([case_id], overrides)[case_id]
     case = item.case
-    kind = kind_of(case.kind)
-    template = kind.repro_script(case)  # the kind knows which of its cases a script reproduces
+    template, refusal = repro_template(case)
     if template is None:
-        raise HarnessError(f"repro: {case_id}: {kind.repro_refusal(case)}")
+        raise HarnessError(f"repro: {case_id}: {refusal}")
     settings = load_settings({**(overrides or {}), "models": case.model})
     path = reference_path(settings.path("references"), case.model, case.shape, case.kind).resolve()
     meta = read_meta(path)  # exists and is a harness reference, or a clear error naming the fix

@@ -49,6 +49,7 @@ def test_the_script_imports_torch_and_diffusers_only(tmp_path, case_id):
     ("flux/tcp2/native/fp32/train", "PyTorch's context parallelism is not scripted"),
     ("flux@masked/ulysses2/native/fp32/tensor", "is not in the plan"),
     ("flux/ulysses2/native/fp32/tensor+cp_local_attention", "is not of the form"),
+    ("flux/ulysses2/native/fp32/tensor/aot_eager", "a compiled case is not scripted"),
 ])
 def test_what_cannot_be_scripted_is_one_clear_line(tmp_path, case_id, said):
     with pytest.raises(HarnessError, match=said.replace("+", r"\+")) as caught:

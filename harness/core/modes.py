@@ -1,0 +1,38 @@
+"""How a case's model runs: eager as written, or compiled by torch.compile (the `mode` axis, harness.core.axes).
+
+Declared here once, torch-free: the plan checks the names, the rank compiles by them (harness.rank.compiled).
+Compiling costs far more than running on the tiny zoo (tens of seconds to minutes a graph on a CPU, docs/compile.md),
+so every plan runs `eager` only unless `--modes` asks for more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+EAGER = "eager"
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    help: str
+    backend: str | None = None  # torch.compile's backend (None: eager)
+    regional: bool = False  # compile each of the model's `_repeated_blocks` instead of the whole model
+
+
+MODES = {mode.name: mode for mode in (
+    Mode(EAGER, "as written, no compilation"),
+    Mode("compile", "torch.compile of the whole model, Inductor (what users run for speed)", "inductor"),
+    Mode("regional", "diffusers' compile_repeated_blocks: each repeated block compiled by Inductor", "inductor",
+         regional=True),
+    Mode("aot_eager", "torch.compile with the aot_eager backend: Dynamo and AOTAutograd, no Inductor (a cheap "
+                      "diagnostic: it tells a tracing bug from a code-generation one)", "aot_eager"),
+)}
+
+
+def mode_of(name: str) -> Mode:
+    from harness.core.errors import HarnessError
+
+    if name not in MODES:
+        raise HarnessError(f"unknown mode {name!r}; valid modes: {', '.join(MODES)}")
+    return MODES[name]

@@ -1,0 +1,272 @@
+"""The mode axis (issue 25): compiled cases planned with their ids, graph breaks counted from the compiler, a
+`--fullgraph` FAIL, and a bug traced into the compiled graph caught while its clean twin passes.
+
+Compiling is what costs (docs/compile.md): the unit tests compile a toy module with `aot_eager`, the cheapest
+backend; the one torchrun test compiles tiny Flux under ulysses2 with it too.
+"""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from harness.core.errors import HarnessError
+from harness.core.layouts import parse_layout
+from harness.core.modes import MODES
+from harness.core.records import Case, CaseRecord, Outcome
+from harness.core.results import Status
+from harness.rank.compiled import CompiledRun
+from harness.run.plan import build_plan
+from harness.run.verdict import base_result, judge
+from tests.judging import settings
+
+
+def _plan(modes, kinds=("tensor",), layouts=("single", "ulysses2")):
+    return build_plan(["flux"], list(layouts), ["native"], ["fp32"], kinds=kinds, more={"mode": list(modes)})
+
+
+def test_eager_ids_stay_and_compiled_ids_name_their_mode():
+    by_id = {planned.case.case_id: planned for planned in _plan(["eager", "compile", "aot_eager"])}
+    assert set(by_id) == {f"flux/{layout}/native/fp32/tensor{suffix}" for layout in ("single", "ulysses2")
+                          for suffix in ("", "/compile", "/aot_eager")}
+    assert all(planned.runs for planned in by_id.values())
+    case = by_id["flux/ulysses2/native/fp32/tensor/aot_eager"].case
+    assert Case.from_dict(case.to_dict()) == case and base_result(case).mode == "aot_eager"
+
+
+def test_modes_default_to_eager_in_both_plans():
+    assert settings().modes == ["eager"]
+    from harness.run.settings import load_settings
+
+    assert load_settings({"plan": "full"}, start=settings().root).modes == ["eager"]
+
+
+def test_an_unknown_mode_is_refused():
+    with pytest.raises(HarnessError, match="unknown mode 'jit'"):
+        _plan(["jit"])
+
+
+def test_what_does_not_compile_yet_is_a_skip_with_its_reason():
+    plan = _plan(["aot_eager", "regional"], kinds=("tensor", "train"), layouts=("ulysses2",))
+    reasons = {planned.case.case_id: planned.skip_reason for planned in plan}
+    assert reasons["flux/ulysses2/native/fp32/tensor/aot_eager"] is None
+    assert "train kind is not compiled yet" in reasons["flux/ulysses2/native/fp32/train/aot_eager"]
+    assert "regional compilation is not proven yet" in reasons["flux/ulysses2/native/fp32/tensor/regional"]
+
+
+def test_the_page_and_the_matrix_take_the_mode_from_its_declaration():
+    from harness.report import axes
+
+    assert "mode" in axes.names() and "mode" in axes.matrix()["column"]
+    values = {"model": "flux", "shape": "default", "layout": "single", "backend": "native", "dtype": "fp32",
+              "kind": "tensor"}
+    assert axes.spell({**values, "mode": "compile"}) == "flux/single/native/fp32/tensor/compile"
+    assert axes.spell({**values, "mode": "eager"}) == "flux/single/native/fp32/tensor"
+
+
+def test_a_compiled_baseline_is_keyed_by_its_mode():
+    from harness.engine.baselines import Baselines
+
+    eager = Case("flux", parse_layout("single"), "native", "fp32")
+    assert len(Baselines._key(eager, "native", None)) == 8  # eager keys (and files) as before the mode axis
+    assert Baselines._key(replace(eager, mode="aot_eager"), "native", None)[-1] == "aot_eager"
+
+
+def test_the_compile_cache_folder_travels_to_the_ranks():
+    from harness.core.records import GroupSpec
+
+    group = GroupSpec("work", "references", None, [], compile_cache="/cache")
+    assert GroupSpec.from_dict(group.to_dict()).compile_cache == "/cache"
+    assert settings().compile_cache == ""  # Inductor's own default folder
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        q = self.proj(x).view(1, 2, 8, 4)
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q).reshape(1, 8, 8)
+
+
+class _Toy(torch.nn.Module):
+    def __init__(self, graph_break: bool):
+        super().__init__()
+        self.blocks, self.graph_break = torch.nn.ModuleList([_Attention(), _Attention()]), graph_break
+
+    def forward(self, x):
+        x = self.blocks[0](x)
+        if self.graph_break:
+            torch._dynamo.graph_break()
+        return self.blocks[1](x)
+
+
+def _compiled_toy(graph_break: bool) -> CompiledRun:
+    torch.manual_seed(0)
+    toy, x = _Toy(graph_break), torch.randn(1, 8, 8)
+    compiled = CompiledRun(MODES["aot_eager"])
+    compiled.compile(toy)
+    with torch.no_grad():
+        eager = toy._call_impl(x)
+        toy(x)  # the compile
+        with compiled:
+            output = toy(x)
+    assert torch.equal(output, eager)
+    return compiled
+
+
+def _judged(compiled: CompiledRun, fullgraph: bool):
+    case = Case("flux", parse_layout("single"), "native", "fp32", mode="aot_eager")
+    metrics = {"max_abs_err": 0.0, "mean_abs_err": 0.0, "max_rel_err": 0.0, "nonfinite": 0}
+    record = CaseRecord(case.case_id, seconds=0.1, dispatched={"native": 2}, metrics=metrics,
+                        compiled=compiled.figures())
+    run = replace(settings(), fullgraph=fullgraph)
+    return judge(Outcome(case, record), run)
+
+
+def test_the_graph_is_the_proof_its_kernels_and_calls_counted_per_execution():
+    compiled = _compiled_toy(graph_break=False)
+    assert compiled.executed() == {"aten::_scaled_dot_product_flash_attention_for_cpu": 2}
+    assert compiled.calls["blocks.0"] == compiled.calls["blocks.1"] == 1
+    assert compiled.figures()["graph_breaks"] == 0 and compiled.figures()["recompiles"] == 0
+
+
+def test_sdpa_s_math_path_decomposed_in_the_graph_is_still_named():
+    """AOTAutograd decomposes the math path into plain ops: the SDPA call Dynamo recorded without a fused kernel
+    beneath it is the math kernel, as the eager recorder tells it; a fused kernel is never taken for math."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from harness.rank import kernels
+
+    class Math(torch.nn.Module):
+        def forward(self, x):
+            q = x.view(1, 2, 8, 4)
+            with sdpa_kernel(SDPBackend.MATH):
+                return torch.nn.functional.scaled_dot_product_attention(q, q, q)
+
+    toy, x = Math(), torch.randn(1, 8, 8)
+    compiled = CompiledRun(MODES["aot_eager"])
+    compiled.compile(toy)
+    with torch.no_grad():
+        toy(x)
+        with compiled:
+            toy(x)
+    assert compiled.executed() == {kernels.MATH: 1}
+    assert kernels.MATH not in _compiled_toy(graph_break=False).executed()
+
+
+def test_a_graph_break_is_counted_and_fails_only_under_fullgraph():
+    broken, clean = _compiled_toy(graph_break=True), _compiled_toy(graph_break=False)
+    assert broken.figures()["graph_breaks"] == 1 and broken.figures()["graphs"] == 2
+    assert "graph_break()" in next(iter(broken.figures()["break_reasons"]))
+    assert broken.executed() == clean.executed()  # both graphs ran: the proof spans the break
+    counted = _judged(broken, fullgraph=False)
+    assert counted.status is Status.PASS and counted.figure("graph_breaks") == 1
+    failed = _judged(broken, fullgraph=True)
+    assert failed.status is Status.FAIL and "--fullgraph: 1 graph break(s)" in failed.reason
+    assert _judged(clean, fullgraph=True).status is Status.PASS
+
+
+def test_dispatches_inside_the_graph_count_per_execution_without_recompiling():
+    """The dispatch counter is noted at trace time: a count Dynamo could see would be guarded on, and every call of
+    a multi-call run (an image case's denoising steps) would recompile."""
+    from harness.rank import backends
+
+    attention = backends._counted("native", torch.nn.functional.scaled_dot_product_attention)
+
+    class Counted(torch.nn.Module):
+        def forward(self, x):
+            q = x.view(1, 2, 8, 4)
+            return attention(q, q, q).reshape(1, 8, 8)
+
+    toy, x = Counted(), torch.randn(1, 8, 8)
+    compiled = CompiledRun(MODES["aot_eager"])
+    compiled.compile(toy)
+    backends.reset_dispatches()
+    with torch.no_grad():
+        toy(x)
+        toy(x)
+        with compiled:
+            for _ in range(3):
+                toy(x)
+    assert compiled.dispatches()[0] == {"native": 3} and backends.dispatches() == {}
+    assert compiled.figures()["graphs"] == 1 and compiled.figures()["recompiles"] == 0
+
+
+def test_a_compiled_case_that_ran_no_compiled_graph_is_a_proof_failure():
+    """A frame Dynamo skipped (or a fallback to eager) must never pass as compiled: the numbers are eager's."""
+    toy, x = _Toy(graph_break=False), torch.randn(1, 8, 8)
+    compiled = CompiledRun(MODES["aot_eager"])  # never handed the module: what a silent eager run looks like
+    with torch.no_grad(), compiled:
+        toy(x)
+    result = _judged(compiled, fullgraph=False)
+    assert result.status is Status.FAIL and "executed no compiled graph" in result.reason
+    assert _judged(_compiled_toy(graph_break=False), fullgraph=False).status is Status.PASS
+
+
+@pytest.mark.slow
+def test_bugs_traced_into_the_compiled_graph_fail_and_the_clean_twin_passes(settings_for, tmp_path):
+    """aot_eager, flux ulysses2: each rank attending only to its own chunk FAILs on its numbers; a graph break in
+    diffusers' CP attention FAILs under --fullgraph; SDPA wrong only while compiled FAILs compiled and PASSes eager;
+    the clean twin PASSes with its exchanges proven from the graphs."""
+    from harness.core.records import case_id
+    from harness.run import runner
+    from harness.run.plan import PlannedCase
+
+    clean = Case("flux", parse_layout("ulysses2"), "native", "fp32", mode="aot_eager")
+    faults = (None, "cp_local_attention", "cp_graph_break", "compiled_only")
+    plan = [PlannedCase(replace(clean, fault=fault)) for fault in faults]
+    plan.append(PlannedCase(replace(clean, mode="eager", fault="compiled_only")))  # eager is right: PASS
+    run = settings_for(report_dir=str(tmp_path / "reports"), fullgraph=True)
+    results = {r.case_id: r for r in runner.run(run, plan, echo=lambda _: None, localize_failures=False).results}
+    ids = [case_id("flux", "default", "ulysses2", "native", "fp32", "tensor", fault, mode="aot_eager")
+           for fault in faults]
+    twin, local, graph_break, compiled_only = (results[name] for name in ids)
+    eager = results[case_id("flux", "default", "ulysses2", "native", "fp32", "tensor", "compiled_only")]
+    assert eager.status is Status.PASS, eager.reason
+    assert compiled_only.status is Status.FAIL and "> tolerance" in compiled_only.reason, compiled_only.reason
+    assert twin.status is Status.PASS, twin.reason
+    assert twin.figure("graph_breaks") == 0 and twin.figure("recompiles") == 0
+    assert all(row["expected"] for row in twin.extra["comms"])  # every exchange predicted, from the graphs
+    assert local.status is Status.FAIL and "> tolerance" in local.reason
+    assert graph_break.status is Status.FAIL and "--fullgraph" in graph_break.reason, graph_break.reason
+    assert graph_break.figure("graph_breaks") >= 1 and graph_break.figure("max_abs_err") < 1e-5
+
+
+@pytest.mark.slow
+def test_inductor_compiles_the_toy_and_its_graph_still_proves_the_attention():
+    """The one Inductor test (it generates and builds C++: tens of seconds here): the same numbers as eager within
+    fusion noise, and the attention op read from the post-grad graph Inductor compiled."""
+    torch.manual_seed(0)
+    toy, x = _Toy(graph_break=False), torch.randn(1, 8, 8)
+    compiled = CompiledRun(MODES["compile"])
+    compiled.compile(toy)
+    with torch.no_grad():
+        eager = toy._call_impl(x)
+        toy(x)
+        with compiled:
+            output = toy(x)
+    assert torch.allclose(output, eager, atol=1e-5)
+    assert sum(compiled.executed().values()) == 2 and compiled.figures()["graphs"] == 1
+    assert any("Inductor" in note for note in compiled.figures()["notes"])
+
+
+def test_a_rank_that_said_done_may_exit_while_rank_0_still_judges(tmp_path):
+    """The last case of a launch: rank 1 is done and gone while rank 0 compiles the baseline; a rank gone without
+    saying so is still a death."""
+    import os
+    import subprocess
+    import sys
+
+    from harness.core.events import Done, Hello, Start
+    from harness.run.launch import _Watch
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    started = (Hello(0, 0.0, os.getpid()), Hello(1, 0.0, gone.pid), Start(0, 0.0, "case"))
+    for events, dead in ((started, [1]), ((*started, Done(1, 0.0)), [])):
+        watch = _Watch(tmp_path, 2)
+        for event in events:
+            watch._on(event)
+        assert watch.dead_ranks() == dead
