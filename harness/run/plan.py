@@ -15,6 +15,7 @@ from harness.core.modes import mode_of
 from harness.core.records import Case
 from harness.kinds import KINDS, kind_of
 from harness.rank import backends as backend_info
+from harness.rank import cpu as cpu_shims
 from harness.rank import faults
 from harness.run import launchers
 from harness.run.launchers import Capacity
@@ -106,6 +107,10 @@ def mode_skip(case: Case, model_class) -> str | None:
     if mode.regional:
         return ("regional compilation is not proven yet: its blocks share one compiled graph, so the graphs cannot "
                 "say which block's module communicated (issue 25)")
+    if case.layout.is_torch_context_parallel and cpu_shims.needed():
+        return ("compiled under PyTorch's context parallelism on CPU: the CPU shim's ring (harness.rank.cpu) runs gloo "
+                "collectives that Dynamo cannot trace (\"Cannot access data pointer of Tensor\"); on CUDA it is "
+                "planned (untried: no GPU lent)")
     return None
 
 

@@ -54,6 +54,15 @@ def test_what_does_not_compile_yet_is_a_skip_with_its_reason():
     assert "regional compilation is not proven yet" in reasons["flux/ulysses2/native/fp32/tensor/regional"]
 
 
+def test_compiled_under_torch_context_parallelism_on_cpu_is_a_skip_with_its_reason():
+    """Tried: the CPU shim's ring handler runs gloo collectives inside the traced graph and Dynamo stops with
+    "Cannot access data pointer of Tensor", an ERROR of the harness's own making on CPU; it is said up front."""
+    plan = _plan(["eager", "aot_eager"], kinds=("tensor",), layouts=("tcp2",))
+    reasons = {planned.case.case_id: planned.skip_reason for planned in plan}
+    assert reasons["flux/tcp2/native/fp32/tensor"] is None
+    assert "Dynamo cannot trace" in reasons["flux/tcp2/native/fp32/tensor/aot_eager"]
+
+
 def test_the_page_and_the_matrix_take_the_mode_from_its_declaration():
     from harness.report import axes
 
