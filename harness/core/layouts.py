@@ -19,7 +19,7 @@ from harness.core.errors import HarnessError
 
 DEFAULT_LAYOUTS = ("single", "ulysses2", "ring2", "ulysses4", "ring4", "ring2xulysses2", "tp2", "tp4")
 FULL_LAYOUTS = (*DEFAULT_LAYOUTS, "ulysses2any", "ring2any", "ulysses4any", "tp2+ulysses2", "tp2+ring2", "dp2",
-                "dp2xulysses2", "dp2xring2", "tcp2", "dp2xtcp2")
+                "dp2xulysses2", "dp2xring2", "tcp2", "tcp2alltoall", "tcp4", "tcp4alltoall", "tcp2lb", "dp2xtcp2")
 
 _CP = r"(?:ring(?P<rx>\d+)xulysses(?P<ux>\d+)|ulysses(?P<u>\d+)(?P<uany>any)?|ring(?P<r>\d+)(?P<rany>any)?)"
 _TCP = r"tcp(?P<t>\d+)(?P<rotate>alltoall)?(?P<lb>lb)?"
