@@ -108,7 +108,24 @@ def _start_hanging_run(project: Path, zoo_references: Path, layouts: str) -> sub
     args = ["run", "--references", str(zoo_references), *FLUX_2, "--layouts", layouts,
             "--inject-fault", "hang_rank1", "--case-timeout", "600"]
     return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=project, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_as_a_terminal)
+
+
+def _as_a_terminal() -> None:
+    """Ctrl-C as an interactive shell's job gets it: SIGINT caught by default and not blocked. Seen in the full suite
+    under xdist: a run started from the test worker ignored SIGINT there (an ignored or blocked signal is inherited
+    across exec; a shell does the same to a background job, which the harness then rightly leaves alone)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _signal_state(pid: int) -> str:
+    """The process's ignored and blocked signal masks, for a failure message."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return "(gone)"
+    return " ".join(line.replace("\t", " ") for line in status if line.startswith(("SigIgn", "SigBlk", "SigCgt")))
 
 
 def _wait_for_hang(project: Path, process: subprocess.Popen, timeout: float = 120) -> None:
@@ -129,6 +146,7 @@ def _interrupt(project: Path, process: subprocess.Popen, send) -> tuple[int, str
     """Send a signal once the case hangs; returns (exit code, stdout, stderr, seconds to exit, survivors)."""
     try:
         _wait_for_hang(project, process)
+        process.signal_state = _signal_state(process.pid)  # what the signal meets, said if it goes unanswered
         sent = time.monotonic()
         send(process)
         out, err = process.communicate(timeout=60)
@@ -155,7 +173,7 @@ def test_sigterm_kills_the_worker_group_and_exits(project, zoo_references):
 def test_ctrl_c_keeps_finished_cases_and_resume_runs_only_the_rest(project, zoo_references):
     process = _start_hanging_run(project, zoo_references, "single,ulysses2")  # 1 rank (passes), then 2 (hangs)
     code, out, err, _seconds, survivors = _interrupt(project, process, lambda p: os.killpg(p.pid, signal.SIGINT))
-    assert code == 130, (out[-3000:], err)
+    assert code == 130, (process.signal_state, out[-3000:], err)
     assert "harness: interrupted" in err
     assert "interrupted: 1 case(s) finished in this run; 1 of 2 are in" in out
     assert "(rerun with --resume to run the rest)" in out
