@@ -44,6 +44,14 @@ def parity(session: nox.Session) -> None:
 
 
 @nox.session
+def compile_all(session: nox.Session) -> None:
+    """Every compiled mode on every case of the plan (`harness run --modes all`), beyond the plans' compile slices:
+    the nightly opt-in. Hours on a CPU (docs/compile.md has the measured cost per case); on a GPU, minutes."""
+    install(session)
+    session.run("harness", "run", "--modes", "all", *session.posargs)
+
+
+@nox.session
 def gpu(session: nox.Session) -> None:
     """The GPU check (benchmarks/gpu/check.sh) in this session's environment: its dry run by default; on a CUDA
     machine, with HARNESS_TORCH a CUDA torch requirement, `nox -s gpu -- OUT` runs the check itself."""

@@ -1,6 +1,7 @@
-"""Compare two results.json files case by case and figure by figure, across the change of field layout (issue 24):
-the flat columns of before (`max_abs_err`, `ssim`, `loss_err`, ... and scalars in `extra`) against the typed
-`figures` of after. Timings and memory are left out; everything else a case reports is compared.
+"""Compare two results.json files case by case and figure by figure: typed `figures` against typed `figures`, or,
+across the change of field layout (issue 24), the flat columns of before (`max_abs_err`, `ssim`, `loss_err`, ...
+and scalars in `extra`) against the typed `figures` of after. Timings and memory are left out; everything else a
+case reports is compared.
 
     python benchmarks/results_diff.py BEFORE/results.json AFTER/results.json
 
@@ -60,12 +61,13 @@ def compare(before: list[dict], after: list[dict]) -> tuple[dict, list[str]]:
                 differences.append(f"{cid}: {field} {a.get(field)!r} -> {b.get(field)!r}")
         counted["statuses"] += 1
         counted["reasons"] += 1
-        flat = _figures_before(a)
+        typed = "figures" in a
+        flat = {item["name"]: item["value"] for item in a["figures"]} if typed else _figures_before(a)
         for figure in b.get("figures", []):
             name = figure["name"]
             if name in TIMINGS:
                 continue
-            key = RENAMED.get((b["kind"], name), name)
+            key = name if typed else RENAMED.get((b["kind"], name), name)
             if key not in flat:
                 differences.append(f"{cid}: figure {name} is new (before had no {key})")
             elif not _same(flat[key], figure["value"]):

@@ -2,7 +2,7 @@
 
 Declared here once, torch-free: the plan checks the names, the rank compiles by them (harness.rank.compiled).
 Compiling costs far more than running on the tiny zoo (tens of seconds to minutes a graph on a CPU, docs/compile.md),
-so every plan runs `eager` only unless `--modes` asks for more.
+so a compiled mode runs only a plan's compile slice (`compile_cases`, harness.run.settings) unless `--modes all`.
 """
 
 from __future__ import annotations
@@ -34,5 +34,13 @@ def mode_of(name: str) -> Mode:
     from harness.core.errors import HarnessError
 
     if name not in MODES:
-        raise HarnessError(f"unknown mode {name!r}; valid modes: {', '.join(MODES)}")
+        raise HarnessError(f"unknown mode {name!r}; valid modes: {', '.join(MODES)}, or all (every mode, every case)")
     return MODES[name]
+
+
+def eager_id(case_id: str) -> tuple[str, str]:
+    """A case id without its mode (the last part of a compiled case's id), and the mode."""
+    head, _, last = case_id.rpartition("/")
+    if last in MODES and last != EAGER:
+        return head, last
+    return case_id, EAGER

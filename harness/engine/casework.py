@@ -35,10 +35,7 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
         context.sync()
         forward_s, seconds = time.perf_counter() - forward_started, time.perf_counter() - started
         context.phases["forward"] += forward_s
-        dispatched, functions = backends.dispatches(), backends.functions_run()
-        if compiled:  # those inside the compiled graphs, besides any that ran eager
-            dispatched, functions = (_sum(eager, traced) for eager, traced in zip((dispatched, functions),
-                                                                                  compiled.dispatches(), strict=True))
+        dispatched, functions = backends.dispatches(), backends.functions_run()  # compiled too (harness::dispatched)
         proof = _prove_comms(case, built, recorder) if case.layout.world_size > 1 else {}
     if case.layout.is_torch_context_parallel and built.torch_cp_output_dim is not None:
         output = torch_cp.unshard(case.layout, context.mesh(case.layout), output, built.torch_cp_output_dim)
@@ -54,25 +51,25 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
 
 def _compile(context: RankContext, case: Case, built) -> CompiledRun | None:
     """A compiled mode: the kind's module compiled in place after the layout, and run once, the compile (its own
-    phase); the measured run that follows reuses its graphs, and what it compiles anew counts as recompiles."""
+    phase), then once eager for its module calls; the measured run that follows reuses the graphs, and what it
+    compiles anew counts as recompiles."""
     mode = mode_of(case.mode)
     if mode.backend is None:
         return None
     compiled = CompiledRun(mode)
-    with context.phase("compile"):
+    with context.phase("compile"), context.torch_context_parallel(case, built):
         compiled.compile(built.module)
         built.run()
+        compiled.count_calls(built)
         context.sync()
     return compiled
-
-
-def _sum(first: dict[str, int], second: dict[str, int]) -> dict[str, int]:
-    return {name: first.get(name, 0) + second.get(name, 0) for name in sorted({*first, *second})}
 
 
 def _prove_comms(case: Case, built, recorder: RunRecorder | CompiledRun) -> dict:
     """The collectives the run performed, and what the layout predicts it must have (harness.rank.comms_check)."""
     expected = comms_check.predict(built.module, case.layout, built.cp_plan, recorder)
+    if isinstance(recorder, CompiledRun):
+        expected = recorder.in_graphs(expected)
     return {"comms": recorder.recorded(), "comms_expected": [item.to_dict() for item in expected]}
 
 

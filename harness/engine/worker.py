@@ -137,7 +137,16 @@ class Worker:
                           metrics=metrics)
 
     def report(self, record: CaseRecord) -> None:
-        self.emit(events.Result(self.rank, time.time(), record))
+        """The case's record to the launcher; one that cannot be written (a value no JSON holds) is the case's
+        ERROR, never the end of the launch."""
+        try:
+            line = events.to_line(events.Result(self.rank, time.time(), record))
+        except Exception as exc:  # noqa: BLE001 - a harness bug in one record must not take the other cases down
+            failed = CaseRecord(record.case_id, error=f"the case's record could not be written: "
+                                                      f"{backends.first_line(exc)}", error_rank=0,
+                                traceback=traceback_text())
+            line = events.to_line(events.Result(self.rank, time.time(), failed))
+        self.events.write(line + "\n")
 
 
 def init_distributed() -> tuple[int, int]:

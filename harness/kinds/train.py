@@ -50,7 +50,6 @@ class TrainKind(Kind):
               "grad_rel": Check("parameters"), "weight_abs": Check("parameters"), "grad_err_ratio": Check()}
     figures = (GRAD, LOSS, WORST, WEIGHTS, NONFINITE, NOISE, RATIO)
     torch_context_parallel = True  # the whole loop runs under `context_parallel` (tcp layouts, as torchtitan trains)
-    compiles = False  # its forward and backward under torch.compile are left (issue 25): compiled modes are SKIP
     options = (
         Option("models", None, "Models the train kind runs (default: those of --models).", is_list=True),
         Option("layouts", None, "Layouts the train kind runs, dpN and dpNx<cp> included (default: those of "

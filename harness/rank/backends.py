@@ -159,17 +159,19 @@ def quiet_dispatch():
 
 
 def first_line(error: BaseException) -> str:
+    """The error's type and first line; for one of torch.compile's, also the line it explains it by (Dynamo's
+    "RuntimeError when making fake tensor call" says what the call raised only there)."""
     text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}".strip()
+    line = f"{type(error).__name__}: {text[0] if text else ''}".strip()
+    explained = next((item.strip()[len("Explanation:"):].strip() for item in text[1:]
+                      if item.strip().startswith("Explanation:")), "")
+    return f"{line} ({explained})" if explained else line
 
 
 # --- dispatch counting: which registered backend function actually ran, and how often -------------------------------
 
 _counters: Counter = Counter()  # by the registry name a call went through
 _functions: Counter = Counter()  # by the identity (module.qualname) of the function that actually ran
-# A call Dynamo traces is not counted (Dynamo would guard on the count, and recompile when it moves): it is noted
-# at trace time with the graph being built, and counted as often as that graph runs (harness.rank.compiled).
-_traced: list[tuple[str, str, object]] = []
 
 
 def identity(fn) -> str:
@@ -186,37 +188,43 @@ def install_dispatch_counters() -> None:
         backends[name] = _counted(getattr(name, "value", name), fn)
 
 
-def _counted(name: str, fn):
-    ran = identity(fn)
+def _count(name: str, ran: str) -> None:
+    _counters[name] += 1
+    _functions[ran] += 1
 
-    def note(context) -> None:  # at trace time; a restarted trace notes again, into its own new graph
-        _traced.append((name, ran, context.graph()))
+
+_tally = torch.zeros(1)  # what harness::dispatched says it mutates (so that no compiler drops the call)
+
+
+def _count_op():
+    """`harness::dispatched(tally, name, ran)`: the count as an op of the compiled graph itself, run each time the
+    graph runs. Traced code may not touch the counter (Dynamo guards on what it reads, and recompiles when the count
+    moves); an op that mutates an input is kept (functionalized, then run) by aot_eager and Inductor alike, and a
+    frame Dynamo split at a graph break keeps it in whichever graph holds the call. (An op registered with an effect
+    instead made Inductor free buffers a fused kernel still read: regional compilation of tiny Flux failed.)"""
+    if not hasattr(torch.ops.harness, "dispatched"):
+        @torch.library.custom_op("harness::dispatched", mutates_args=("tally",))
+        def dispatched(tally: torch.Tensor, name: str, ran: str) -> None:
+            _count(name, ran)
+            tally.add_(1)
+
+        dispatched.register_fake(lambda tally, name, ran: None)
+    return torch.ops.harness.dispatched
+
+
+def _counted(name: str, fn):
+    ran, counted = identity(fn), _count_op()
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if torch.compiler.is_compiling():
-            from torch._dynamo.comptime import comptime
-
-            comptime(note)
+            counted(_tally, name, ran)
         else:
-            _counters[name] += 1
-            _functions[ran] += 1
+            _count(name, ran)
         return fn(*args, **kwargs)
 
     wrapper._harness_counted = True
     return wrapper
-
-
-def traced_into(graph) -> tuple[Counter, Counter]:
-    """The dispatches (by name, by function) Dynamo traced into `graph`; every note is then forgotten (the notes of
-    a trace Dynamo abandoned name a graph that no backend is ever handed)."""
-    names, functions = Counter(), Counter()
-    for name, ran, into in _traced:
-        if into is graph:
-            names[name] += 1
-            functions[ran] += 1
-    _traced.clear()
-    return names, functions
 
 
 def reset_dispatches() -> None:

@@ -5,31 +5,39 @@ model's code (its SDPA selection is a graph break of its own), and a dispatch mo
 graph. So the compiler's backend is wrapped instead: every graph Dynamo hands it goes through AOTAutograd, and the
 ATen graphs that come out (what aot_eager runs, what Inductor generates code from) are read before they are handed
 on: the attention kernels, the collectives, and the module each op came from (`nn_module_stack`, the graph's own
-record; a module's calls are its distinct entries there). Each graph counts its executions, so the proof of the
-measured run is its graphs' contents times the times they ran. What the graphs cannot show is said in `notes`.
+record). Each graph counts its executions, so the proof of the measured run is its graphs' contents times the
+times they ran. How often each module is called, what the prediction is scaled by, comes from the same run with
+compilation set aside (`torch.compiler.set_stance("force_eager")`) under the eager recorder: the model calls its
+modules alike either way, and a hook inside a compiled graph would change the graph it counts.
+
+A graph's module names are relative to the frame Dynamo compiled it from, which is not always the model's own: a
+repeated block (regional compilation), or a frame Dynamo compiled on its own after a graph break. So each execution
+also names the module it ran in, the innermost module of the model whose method is on the Python stack, and the
+graph's names are read under it. What the graphs cannot show is said in `notes`.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter, defaultdict
 
 import torch
 
 from harness.core.modes import Mode, mode_of
-from harness.rank import backends, comms, kernels
+from harness.rank import comms, kernels
 
 BACKWARD = "(backward)"
 _SDPA = torch.nn.functional.scaled_dot_product_attention  # the builtin Dynamo records, whatever wraps it
 # How Dynamo names the compiled module itself in nn_module_stack, and a submodule reached by item.
 _ROOT = re.compile(r"^\.?(L\['[^']*'\]|forward\.__self__|self\b)")
 _ITEM = re.compile(r"\.?(?:__dict__\['_modules'\]|_modules)\['([^']*)'\]|\[(\d+)\]")
+# diffusers' hooks wrap a module's forward (`forward.__self__`, or through closures of wrapped forwards).
+_HOOKED = re.compile(r"\.forward(?:\.func\.__closure__\.\d+\.cell_contents\.forward)*\.__self__")
 PROOF_NOTE = ("kernels and collectives read from the ATen graphs the compiler was handed, times each graph's "
               "executions in the measured run, by the module of each op's nn_module_stack")
 INDUCTOR_NOTE = ("Inductor generates code from those graphs: an attention op is proven to be in the graph it compiled, "
                  "not that Inductor kept its kernel")
-CROSS_ATTENTION_NOTE = ("under compile the graphs do not tell a call given encoder_hidden_states from one without: "
-                        "every attention call is predicted to exchange over split keys")
 
 
 class CompiledRun:
@@ -40,26 +48,56 @@ class CompiledRun:
         self.mode = mode
         self.graphs: list[_Graph] = []
         self.measured_from = None  # how many graphs existed when the measured run began (None: not begun)
-        self.calls: dict[str, int] = defaultdict(int)
-        self.context_calls: dict[str, int] = {}  # not visible in a graph (CROSS_ATTENTION_NOTE)
+        self.measuring = False  # graph executions count only inside `with compiled:` (train: step 1 only)
+        self.calls: dict[str, int] = {}
+        self.context_calls: dict[str, int] = {}
         self.break_reasons: dict[str, int] = {}  # Dynamo's reason for each graph break -> times
+        self.names: dict[int, str] = {}  # id of each module of the compiled model -> its name there
+        self.regions: list[str] = [""]  # the modules compiled ("": the model)
+        self.outside: list[str] = []  # predicted exchanges outside them (in_graphs)
         torch._dynamo.reset()  # a fresh cache per case: its graphs are this case's own
         torch._dynamo.utils.counters.clear()
-        backends.traced_into(None)  # notes left by an earlier compile (a baseline's) are not this case's
 
     def compile(self, module: torch.nn.Module) -> None:
-        """In place (nn.Module.compile), whole; every graph through `backend`."""
-        module.compile(backend=self.backend)
+        """In place: whole (nn.Module.compile), or each repeated block (diffusers' compile_repeated_blocks);
+        every graph through `backend`."""
+        self.names = {id(sub): name for name, sub in module.named_modules()}
+        blocks = getattr(module, "_repeated_blocks", None) or ()
+        self.regions = [name for name, sub in module.named_modules() if type(sub).__name__ in blocks] \
+            if self.mode.regional else [""]
+        _compile(module, self.mode, self.backend)
+
+    def in_graphs(self, expected: list) -> list:
+        """The predicted exchanges of modules the compiled graphs cover (regional: inside a repeated block); the
+        others run eager between the graphs, where the reader sees nothing, and are named in the notes."""
+        inside = [item for item in expected if any(item.module == region or item.module.startswith(f"{region}.")
+                                                   or not region for region in self.regions)]
+        self.outside = sorted({f"{item.module} {item.collective}" for item in expected if item not in inside})
+        return inside
+
+    def count_calls(self, built) -> None:
+        """Each module's calls (and those given a `comms.CONTEXT` tensor): the kind's recorded run once, eager."""
+        from harness.rank.recorder import RunRecorder
+
+        recorder = RunRecorder(built.module, built.kernel_scope)
+        with torch.compiler.set_stance("force_eager"):
+            built.run_recorded(recorder)
+        self.calls, self.context_calls = dict(recorder.calls), dict(recorder.context_calls)
 
     def backend(self, gm: torch.fx.GraphModule, example_inputs):
         graph = _Graph(len(self.graphs))
-        graph.dispatched, graph.functions = backends.traced_into(gm.graph)
+        # A graph of nothing but the harness's own count (harness::dispatched, where a graph break left the frame
+        # that dispatches nothing else) is the harness's, not the model's: it runs and counts, but is no graph of
+        # the figures.
+        graph.model_ops = any(node.op == "call_function" and not str(node.target).startswith("harness.")
+                              for node in gm.graph.nodes)
         self.graphs.append(graph)
         compiled = self._inner(graph)(gm, example_inputs)
         graph.math_calls(sum(node.op == "call_function" and node.target is _SDPA for node in gm.graph.nodes))
 
         def run(*args):
-            graph.executions += 1
+            if self.measuring:
+                graph.runs[self._running_in()] += 1
             return compiled(*args)
 
         return run
@@ -98,32 +136,33 @@ class CompiledRun:
         return inductor
 
     def __enter__(self) -> CompiledRun:
-        self.measured_from = len(self.graphs)
+        self.measured_from, self.measuring = len(self.graphs), True
         for graph in self.graphs:
-            graph.executions = 0
+            graph.runs.clear()
         return self
 
     def __exit__(self, *exc) -> None:
+        self.measuring = False  # what runs after (a train case's later steps) is not in the proof
         # Dynamo's counters are global: the breaks are this case's when its run ends (the next case clears them).
         self.break_reasons = {_first_line(reason): count
                               for reason, count in torch._dynamo.utils.counters["graph_break"].items()}
-        self.calls.clear()
-        for graph in self.graphs:
-            for module, keys in graph.calls.items():
-                self.calls[module] += len(keys) * graph.executions
+
+    def _running_in(self) -> str:
+        """The model's innermost module whose method called the graph now running (`self` of a frame out from
+        here: the frame Dynamo compiled, or one out from it); the model itself ("") when none is."""
+        frame = sys._getframe(2)
+        while frame is not None:
+            name = self.names.get(id(frame.f_locals.get("self")))
+            if name is not None:
+                return name
+            frame = frame.f_back
+        return ""
 
     def executed(self) -> dict[str, int]:
         """The attention kernels of the measured run (as harness.rank.recorder writes them)."""
-        return self._times("kernels")
-
-    def dispatches(self) -> tuple[dict[str, int], dict[str, int]]:
-        """diffusers' dispatches in the measured run's graphs, by backend name and by the function that ran."""
-        return self._times("dispatched"), self._times("functions")
-
-    def _times(self, what: str) -> dict[str, int]:
         total: Counter = Counter()
         for graph in self.graphs:
-            for name, count in getattr(graph, what).items():
+            for name, count in graph.kernels.items():
                 total[name] += count * graph.executions
         return dict(sorted(total.items()))
 
@@ -131,24 +170,30 @@ class CompiledRun:
         """module -> collective -> [count, bytes] of the measured run, as harness.rank.recorder writes them."""
         table: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
         for graph in self.graphs:
-            for (module, collective), (count, size) in graph.collectives.items():
-                entry = table[module][collective]
-                entry[0] += count * graph.executions
-                entry[1] += size * graph.executions
+            for base, runs in graph.runs.items():
+                for (module, collective), (count, size) in graph.collectives.items():
+                    entry = table[_under(base, module)][collective]
+                    entry[0] += count * runs
+                    entry[1] += size * runs
         return {module: dict(sorted(row.items())) for module, row in sorted(table.items())}
 
     def figures(self) -> dict:
         """What the compile made (after the measured run): graphs, graph breaks with Dynamo's reasons, recompiles
         in the measured run, and how often each graph ran in it."""
         reasons = self.break_reasons
-        recompiles = len(self.graphs) - (self.measured_from if self.measured_from is not None else len(self.graphs))
-        return {"mode": self.mode.name, "graphs": len(self.graphs), "graph_breaks": sum(reasons.values()),
-                "break_reasons": reasons, "recompiles": recompiles,
-                "executions": [graph.executions for graph in self.graphs], "notes": self.notes()}
+        own = [graph for graph in self.graphs if graph.model_ops]
+        before = len(own) if self.measured_from is None else sum(graph.model_ops
+                                                                  for graph in self.graphs[:self.measured_from])
+        return {"mode": self.mode.name, "graphs": len(own), "graph_breaks": sum(reasons.values()),
+                "break_reasons": reasons, "recompiles": len(own) - before,
+                "executions": [graph.executions for graph in own], "notes": self.notes()}
 
     def notes(self) -> list[str]:
         """The parts of the proof a compiled run gives differently from an eager one, said with every case."""
-        notes = [PROOF_NOTE, CROSS_ATTENTION_NOTE]
+        notes = [PROOF_NOTE]
+        if self.outside:
+            notes.append(f"regional compilation compiles the repeated blocks only: {', '.join(self.outside)} run(s) "
+                         "eager between the graphs, where the graph reader sees nothing; not checked")
         if self.mode.backend == "inductor":
             notes.append(INDUCTOR_NOTE)
         return notes
@@ -159,28 +204,35 @@ def compile_like(mode_name: str, module: torch.nn.Module) -> None:
     mode = mode_of(mode_name)
     if mode.backend is not None:
         torch._dynamo.reset()
-        module.compile(backend=mode.backend)
+        _compile(module, mode, mode.backend)
+
+
+def _compile(module: torch.nn.Module, mode: Mode, backend) -> None:
+    if mode.regional:
+        module.compile_repeated_blocks(backend=backend)
+    else:
+        module.compile(backend=backend)
 
 
 class _Graph:
-    """One Dynamo graph as its ATen graphs hold it: attention kernels, collectives per module, module calls."""
+    """One Dynamo graph as its ATen graphs hold it: attention kernels and collectives per module."""
 
     def __init__(self, index: int):
-        self.index, self.executions = index, 0
+        self.index = index
+        self.runs: Counter = Counter()  # executions in the measured run, by the module each ran in
+        self.model_ops = True  # False: it holds only the harness's counting ops
         self.kernels: Counter = Counter()
-        self.dispatched: Counter = Counter()  # diffusers' backend dispatches traced into it (harness.rank.backends)
-        self.functions: Counter = Counter()
         self.collectives: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-        self.calls: dict[str, set] = defaultdict(set)
+
+    @property
+    def executions(self) -> int:
+        return sum(self.runs.values())
 
     def read(self, gm: torch.fx.GraphModule, backward: bool) -> None:
         for node in gm.graph.nodes:
             if node.op != "call_function":
                 continue
             stack = node.meta.get("nn_module_stack") or {}
-            if not backward:
-                for key, (path, _) in stack.items():
-                    self.calls[_module(path)].add(key)
             module = BACKWARD if backward else (_module(list(stack.values())[-1][0]) if stack else "")
             self._op(node, module, backward)
 
@@ -205,15 +257,33 @@ class _Graph:
             args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda arg: arg.meta.get("val"))
             entry = self.collectives[module, collective]
             entry[0] += 1
-            entry[1] += comms.payload_bytes(target, args, kwargs)
+            entry[1] += _size_hint(comms.payload_bytes(target, args, kwargs))
         elif not backward and (name := kernels.kernel_of_operator(target._schema.name)) is not None:
             self.kernels[name] += 1
+
+
+def _size_hint(size) -> int:
+    """A graph Dynamo made shape-dynamic (a frame called with other sizes: Wan's self- and cross-attention share
+    the attention function's graph) has symbolic sizes; the bytes are then those of the example it was compiled
+    for (a record must hold plain numbers: a symbolic one drags its fake tensors into the case's record)."""
+    if isinstance(size, torch.SymInt):
+        hint = size.node.hint
+        return int(hint) if hint is not None else 0
+    return int(size)
+
+
+def _under(base: str, module: str) -> str:
+    """A graph's module name (relative to its frame's module) as the model names it; backward stays as it is."""
+    if not base or module.startswith("("):
+        return module
+    return f"{base}.{module}" if module else base
 
 
 def _module(path: str) -> str:
     """The module's name in the compiled module, from how Dynamo wrote its source: `L['self'].blocks.0.attn`, or
     through diffusers' hooks (which wrap `forward`) `forward.__self__.__dict__['_modules']['blocks'].0.attn`."""
     path = _ITEM.sub(lambda match: "." + (match[1] or match[2]), path)
+    path = _HOOKED.sub("", path)
     while (shorter := _ROOT.sub("", path)) != path:
         path = shorter
     return path.strip(".")

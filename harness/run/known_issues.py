@@ -1,7 +1,9 @@
 """Known failures, listed with their reason and link: each entry excuses the evidence it names, nothing more.
 
 The file is TOML, one `[[issue]]` table per entry. `match` is a glob (or a list) over case ids, and `diffusers` (a
-PEP 440 range such as ">=0.37,<0.40") limits the entry to the releases that have the issue. What it excuses:
+PEP 440 range such as ">=0.37,<0.40") limits the entry to the releases that have the issue. A glob matches a case's
+id with or without its mode (harness.core.modes): an issue of diffusers is the same compiled, and its evidence must
+still lie in the bands measured eager; `modes` (a list) limits the entry to those modes. What it excuses:
 
 - an **error** (`status = "ERROR"`): `error_contains`, one text or a list of alternatives (diffusers rewords its
   errors between releases), must appear in the error;
@@ -24,8 +26,9 @@ from packaging.version import Version
 
 from harness.core.errors import HarnessError
 from harness.core.evidence import Evidence
+from harness.core.modes import MODES, eager_id
 
-_KEYS = {"match", "reason", "link", "error_contains", "diffusers", "status", "evidence"}
+_KEYS = {"match", "reason", "link", "error_contains", "diffusers", "status", "evidence", "modes"}
 _EXCUSE_KEYS = {"subjects", "band", "contains"}
 
 
@@ -60,13 +63,17 @@ class KnownIssue:
     diffusers: str = ""  # a version range, e.g. ">=0.40"; empty: every release
     status: str = "ERROR"  # ERROR: excuses an error by its text; FAIL: excuses the checks of `evidence`
     evidence: dict[str, Excuse] = field(default_factory=dict)
+    modes: tuple[str, ...] = ()  # the modes it is about (harness.core.modes); empty: every mode
     key: str = ""  # where the entry is ("known_issues.toml #3"), to name it in results and warnings
 
     def applies(self, case_id: str, version: str | None = None) -> bool:
         """Whether the entry is about this case: its id (one glob or a list) and, if it names a range, the installed
         diffusers (`version`, read from the package when not given)."""
         patterns = (self.match,) if isinstance(self.match, str) else self.match
-        if not any(fnmatch.fnmatchcase(case_id, pattern) for pattern in patterns):
+        plain, mode = eager_id(case_id)
+        if self.modes and mode not in self.modes:
+            return False
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns for name in {case_id, plain}):
             return False
         return self.covers(version)
 
@@ -121,6 +128,13 @@ def _issue(path: Path, index: int, entry: dict) -> KnownIssue:
     fields = dict(entry)
     for key in ("match", "error_contains"):
         fields[key] = _texts(where, key, fields.get(key, ""))
+    modes = fields.get("modes", [])
+    if not isinstance(modes, list) or not all(isinstance(mode, str) for mode in modes):
+        raise HarnessError(f"{where}: 'modes' must be a list of modes, e.g. [\"compile\"]")
+    unknown_modes = [mode for mode in modes if mode not in MODES]
+    if unknown_modes:
+        raise HarnessError(f"{where}: unknown modes {unknown_modes} in 'modes'; valid modes: {', '.join(MODES)}")
+    fields["modes"] = tuple(modes)
     for key in ("reason", "link", "diffusers", "status"):
         if not isinstance(fields.get(key, ""), str):
             raise HarnessError(f"{where}: '{key}' must be a string")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
@@ -11,8 +12,8 @@ from harness.core import axes, compat
 from harness.core.dtypes import torch_dtype
 from harness.core.errors import HarnessError
 from harness.core.layouts import Layout, parse_layout
-from harness.core.modes import mode_of
-from harness.core.records import Case
+from harness.core.modes import EAGER, eager_id, mode_of
+from harness.core.records import Case, without_fault
 from harness.kinds import KINDS, kind_of
 from harness.rank import backends as backend_info
 from harness.rank import cpu as cpu_shims
@@ -102,11 +103,10 @@ def mode_skip(case: Case, model_class) -> str | None:
         return None
     if not kind_of(case.kind).compiles:
         return f"the {case.kind} kind is not compiled yet (issue 25: its forward and backward under torch.compile)"
+    if mode.regional and not hasattr(model_class, "compile_repeated_blocks"):
+        return "this diffusers has no compile_repeated_blocks (regional compilation)"
     if mode.regional and not getattr(model_class, "_repeated_blocks", None):
         return f"{model_class.__name__} declares no _repeated_blocks (diffusers' compile_repeated_blocks needs them)"
-    if mode.regional:
-        return ("regional compilation is not proven yet: its blocks share one compiled graph, so the graphs cannot "
-                "say which block's module communicated (issue 25)")
     if case.layout.is_torch_context_parallel and cpu_shims.needed():
         return ("compiled under PyTorch's context parallelism on CPU: the CPU shim's ring (harness.rank.cpu) runs gloo "
                 "collectives that Dynamo cannot trace (\"Cannot access data pointer of Tensor\"); on CUDA it is "
@@ -160,7 +160,8 @@ def check_weights(folder: str | None) -> None:
 def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_ranks: int | None = None,
                fault: str | None = None, kinds=("tensor",), weights_dir=None,
                check_refusals: bool = False, scopes: dict | None = None,
-               capacity: Capacity | None = None, more: dict[str, list] | None = None) -> list[PlannedCase]:
+               capacity: Capacity | None = None, more: dict[str, list] | None = None,
+               compile_cases=("*",)) -> list[PlannedCase]:
     """Every case, in a stable order; what cannot run here carries its SKIP reason. Image cases exist for the models
     with a tiny pipeline, at the tiny pipeline's own size, or on the local checkpoint `weights_dir`. A kind runs the
     layouts it applies to (data-parallel layouts: train only), on its own models, layouts and shapes where `scopes`
@@ -169,7 +170,8 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
     A case diffusers is expected to refuse is a SKIP with the reason, or, with `check_refusals`, runs so that the
     refusal is seen (XFAIL) and a backend that runs where it should refuse is judged like any other case. `more`:
     the values of the product axes declared after backend and dtype (harness.core.axes), by axis name (one not
-    given: its default)."""
+    given: its default). A compiled mode runs only the cases whose id without the mode matches a glob of
+    `compile_cases` (each plan's compile slice: compiling costs tens of seconds a graph)."""
     check_weights(weights_dir)
     for dtype in dtypes:
         torch_dtype(dtype)
@@ -212,8 +214,15 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
                 for layout, *values in product(kind_layouts, *crossed.values()):
                     case = Case(spec.name, layout, kind=kind, shape=shape, fault=fault, weights_dir=folder,
                                 **dict(zip(crossed, values, strict=True)))
+                    if case.mode != EAGER and not _in_slice(case, compile_cases):
+                        continue
                     plan.append(_planned(case, limit, check_refusals, registry))
     return plan
+
+
+def _in_slice(case: Case, globs) -> bool:
+    plain = eager_id(without_fault(case.case_id))[0]
+    return any(fnmatch.fnmatchcase(plain, glob) for glob in globs)
 
 
 def _planned(case: Case, limit: int, check_refusals: bool, registry: dict[str, str]) -> PlannedCase:

@@ -13,6 +13,7 @@ from pathlib import Path
 from harness.core import axes, environment
 from harness.core.errors import HarnessError
 from harness.core.header import RunHeader
+from harness.core.modes import EAGER, MODES
 from harness.core.records import GroupSpec, Localization, Outcome
 from harness.core.reference import reference_path
 from harness.core.results import CaseResult, Status, write_results
@@ -42,9 +43,12 @@ class RunSummary:
 def plan_from(settings: Settings, fault: str | None = None) -> list[PlannedCase]:
     more = {axis.name: settings.option(axis.option) for axis in axes.product_axes()
             if axis.name not in ("backend", "dtype")}
+    compiled = settings.compile_cases
+    if "all" in more["mode"]:  # every mode on every case: the opt-in beyond the plan's compile slice
+        more["mode"], compiled = list(MODES), ["*"]
     plan = build_plan(settings.models, settings.layouts, settings.backends, settings.dtypes, settings.shapes,
                       settings.cpu_max_ranks, fault, settings.kinds, settings.weights, settings.check_refusals,
-                      settings.scopes, capacity=_capacity(settings), more=more)
+                      settings.scopes, capacity=_capacity(settings), more=more, compile_cases=compiled)
     return plan + uncovered_rows()
 
 
@@ -76,6 +80,10 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     todo = [case for case in runnable if case.case_id not in done]
     echo(f"plan: {len(plan)} cases, {len(runnable)} to run, {len(plan) - len(runnable)} skipped at plan time"
          + (f", {len(runnable) - len(todo)} kept from the interrupted run" if resume else ""))
+    compiled = [mode for mode in settings.modes if mode != EAGER]
+    if compiled and settings.compile_cases != ["*"]:
+        echo(f"{', '.join(compiled)}: the plan's compile slice only, {sum(p.case.mode != EAGER for p in plan)} "
+             f"case(s) (--compile-cases '*' compiles every case of the plan; --modes all runs every mode)")
     refusals = {p.case.case_id: p.expected_refusal for p in plan if p.expected_refusal is not None}
     kept = len(done)
     try:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from harness.catalogue.zoo import SPECS
 from harness.core.backend_names import CUDA_ONLY, EVERY_DEVICE
 from harness.core.errors import HarnessError
 from harness.core.layouts import DEFAULT_LAYOUTS, FULL_LAYOUTS
@@ -50,6 +51,9 @@ class Settings:
                                           "(diffusers' compile_repeated_blocks) or aot_eager (Dynamo and "
                                           "AOTAutograd only); compiling costs tens of seconds to minutes a graph on "
                                           "a CPU (docs/compile.md).", True)
+    compile_cases: list[str] = _option(["*"], "Globs over case ids without their mode: the cases the compiled modes "
+                                              "also run (default every case of the plan; each plan has its compile "
+                                              "slice). `--modes all` runs every mode on every case.", True)
     fullgraph: bool = _option(False, "A compiled case whose model breaks into more than one graph (a graph break) is "
                                      "FAIL, not only counted.")
     compile_cache: str = _option("", "Folder of Inductor's compile cache for the ranks (TORCHINDUCTOR_CACHE_DIR): a "
@@ -141,8 +145,26 @@ RUN_OPTIONS = tuple(name for name, option in OPTIONS.items() if not option.is_ta
 # tcp2: PyTorch's own context parallelism, the quick plan's slice of it (flux trains in 0.7 s on two ranks)
 QUICK_TRAIN_LAYOUTS = ["ulysses2", "ring2", "ring4", "ring2xulysses2", "tp2", "dp2", "dp2xulysses2", "tcp2"]
 
+# The quick plan's compile slice (Inductor; about 3 minutes cold on 2 cores, docs/compile.md): two models on one
+# layout of each family it compiles (ring's native backend is a known refusal; the full plan compiles ring), fp32,
+# bf16 on flux, and one train case.
+QUICK_COMPILE = [*(f"{model}/{layout}/native/fp32/tensor" for model in ("flux", "qwenimage")
+                   for layout in ("single", "ulysses2", "tp2")),
+                 "flux/single/native/bf16/tensor", "flux/ulysses2/native/bf16/tensor",
+                 "flux/ulysses2/native/fp32/train"]
+
+# The full plan's, sized to about 15 minutes of Inductor on 2 cores (docs/compile.md): every model under ulysses2 in
+# each kind, and each other layout family on flux (and qwenimage for the tensor kind), fp32, the default shape.
+_FAMILIES = (("single", "native"), ("ring2", "_native_flash"), ("tp2", "native"), ("tcp2", "native"))
+FULL_COMPILE = [*(f"{model}/ulysses2/native/fp32/{kind}" for model in SPECS for kind in ("tensor", "image", "train")),
+                *(f"{model}/{layout}/{backend}/fp32/tensor" for model in ("flux", "qwenimage")
+                  for layout, backend in _FAMILIES),
+                *(f"flux/{layout}/{backend}/fp32/train" for layout, backend in (*_FAMILIES, ("dp2", "native"))),
+                "flux/single/native/fp32/image"]
+
 PLANS = {
-    "quick": {"train_models": ["flux", "qwenimage"], "train_layouts": QUICK_TRAIN_LAYOUTS, "train_shapes": ["default"]},
+    "quick": {"train_models": ["flux", "qwenimage"], "train_layouts": QUICK_TRAIN_LAYOUTS, "train_shapes": ["default"],
+              "modes": ["eager", "compile"], "compile_cases": QUICK_COMPILE},
     "full": {
         "models": "all",
         "shapes": ["all"],
@@ -150,6 +172,8 @@ PLANS = {
         "backends": [*EVERY_DEVICE, *CUDA_ONLY],
         "dtypes": ["fp32", "bf16", "fp16"],
         "check_refusals": True,
+        "modes": ["eager", "compile"],
+        "compile_cases": FULL_COMPILE,
     },
 }
 

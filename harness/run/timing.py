@@ -33,7 +33,8 @@ def time_line(breakdown: dict, width: int = 120) -> str:
     for count in range(min(len(parts), 6), -1, -1):
         shown = ", ".join(f"{name} {value:.0f}s" for name, value in parts[:count])
         line = (f"time: {breakdown['wall']:.0f}s wall" + (f" ({shown})" if shown else "") +
-                f"; floor {breakdown['floor']:.0f}s, {breakdown['ratio to floor']}x")
+                f"; floor {breakdown['floor']:.0f}s" + (f", {breakdown['ratio to floor']}x"
+                                                         if breakdown['ratio to floor'] is not None else ""))
         if len(line) <= width:
             return line
     return line

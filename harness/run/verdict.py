@@ -49,7 +49,7 @@ def judge(outcome: Outcome, settings) -> CaseResult:
     numbers = kind.judge(result, record.metrics, policy)
     # First what a wrong backend or a skipped exchange proves (the numbers behind it are not the case's own), then
     # what rank 0's numbers cannot show (other ranks' outputs, the output's type), then the numbers.
-    items = _proof_failures(outcome.case.backend, record) + _integrity_failures(result, record,
+    items = _proof_failures(outcome.case, record) + _integrity_failures(result, record,
                                                                              kind.rank_tolerance(policy))
     return settle(result, items + numbers + _compile_failures(result, record, settings.fullgraph))
 
@@ -85,11 +85,11 @@ def _integrity_failures(result: CaseResult, record, tolerance: float | None) -> 
     return found
 
 
-def _proof_failures(backend: str, record) -> list[Evidence]:
+def _proof_failures(case, record) -> list[Evidence]:
     """The name dispatched, then the kernels executed, then the identity of the function that ran: each proves what
     the one before cannot (a redirected entry counted under the right name, running the same kernel). Then the
     collectives: the right attention can still run on a rank's own chunk, or a layer skip its reduction."""
-    found = []
+    found, backend, layout = [], case.backend, case.layout
     mismatch = dispatch_mismatch(backend, record.dispatched)
     if mismatch is not None:
         found.append(Evidence("proof.dispatch", mismatch, backend))
@@ -101,7 +101,8 @@ def _proof_failures(backend: str, record) -> list[Evidence]:
     mismatch = comms_check.comms_mismatch(record.comms_expected, record.comms)
     if mismatch is not None:
         found.append(Evidence("proof.comms", mismatch))
-    elif record.compiled is not None and record.comms is not None and not record.comms_expected:
+    elif record.compiled is not None and record.comms is not None and not record.comms_expected and (
+            layout.is_context_parallel or layout.is_torch_context_parallel or layout.tp > 1):
         found.append(Evidence("proof.comms", "communication: under compile the graphs named none of the modules the "
                                              "layout predicts exchanges for, so nothing proves them"))
     return found

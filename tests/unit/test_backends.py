@@ -112,3 +112,16 @@ def test_the_function_that_ran_is_checked_against_the_catalogue():
     assert "but diffusers.models.attention_dispatch._native_attention:2 ran" in \
         function_mismatch("_native_flash", must, {"diffusers.models.attention_dispatch._native_attention": 2})
     assert "update harness/catalogue/backends.py" in function_mismatch("flash_5", None, {"x.y": 1})
+
+
+def test_a_compile_error_s_message_keeps_what_dynamo_explains_it_by():
+    """Dynamo's "RuntimeError when making fake tensor call" names what the traced call raised only in its
+    explanation: kept, so that the eager error's known issue still recognises its compiled twin."""
+    class TorchRuntimeError(RuntimeError):
+        pass
+
+    error = TorchRuntimeError("RuntimeError when making fake tensor call\n  Explanation: The size of tensor a (8) "
+                              "must match the size of tensor b (16)\n  Hint: none")
+    assert backends.first_line(error) == ("TorchRuntimeError: RuntimeError when making fake tensor call (The size of "
+                                          "tensor a (8) must match the size of tensor b (16))")
+    assert backends.first_line(ValueError("one\ntwo")) == "ValueError: one"

@@ -34,11 +34,20 @@ def test_eager_ids_stay_and_compiled_ids_name_their_mode():
     assert Case.from_dict(case.to_dict()) == case and base_result(case).mode == "aot_eager"
 
 
-def test_modes_default_to_eager_in_both_plans():
-    assert settings().modes == ["eager"]
-    from harness.run.settings import load_settings
+def test_each_plan_compiles_its_slice_only_and_all_runs_every_mode_on_every_case():
+    from harness.run.runner import plan_from
+    from harness.run.settings import QUICK_COMPILE, load_settings
 
-    assert load_settings({"plan": "full"}, start=settings().root).modes == ["eager"]
+    quick = load_settings({}, start=settings().root)
+    assert quick.modes == ["eager", "compile"] and quick.compile_cases == QUICK_COMPILE
+    assert load_settings({"plan": "full"}, start=settings().root).modes == ["eager", "compile"]
+    narrow = replace(quick, models=["flux"], layouts=["single", "ulysses2"], kinds=["tensor"], dtypes=["fp32"],
+                     backends=["native"], shapes=["default", "txt7"])
+    ids = {planned.case.case_id for planned in plan_from(narrow) if planned.case.mode != "eager"}
+    assert ids == {"flux/single/native/fp32/tensor/compile", "flux/ulysses2/native/fp32/tensor/compile"}
+    every = {planned.case.case_id for planned in plan_from(replace(narrow, modes=["all"]))}
+    assert "flux@txt7/ulysses2/native/fp32/tensor/aot_eager" in every
+    assert "flux@txt7/single/native/fp32/tensor/regional" in every
 
 
 def test_an_unknown_mode_is_refused():
@@ -46,12 +55,22 @@ def test_an_unknown_mode_is_refused():
         _plan(["jit"])
 
 
-def test_what_does_not_compile_yet_is_a_skip_with_its_reason():
+def test_every_kind_and_regional_compilation_are_planned_and_a_model_without_repeated_blocks_is_a_skip():
+    from harness.run.plan import mode_skip
+
     plan = _plan(["aot_eager", "regional"], kinds=("tensor", "train"), layouts=("ulysses2",))
     reasons = {planned.case.case_id: planned.skip_reason for planned in plan}
-    assert reasons["flux/ulysses2/native/fp32/tensor/aot_eager"] is None
-    assert "train kind is not compiled yet" in reasons["flux/ulysses2/native/fp32/train/aot_eager"]
-    assert "regional compilation is not proven yet" in reasons["flux/ulysses2/native/fp32/tensor/regional"]
+    for case_id in ("flux/ulysses2/native/fp32/tensor/aot_eager", "flux/ulysses2/native/fp32/train/aot_eager",
+                    "flux/ulysses2/native/fp32/tensor/regional", "flux/ulysses2/native/fp32/train/regional"):
+        assert reasons[case_id] is None
+    case = Case("flux", parse_layout("single"), "native", "fp32", mode="regional")
+
+    class Plain(torch.nn.Module):
+        compile_repeated_blocks = None
+        _repeated_blocks = ()
+
+    assert "declares no _repeated_blocks" in mode_skip(case, Plain)
+    assert "no compile_repeated_blocks" in mode_skip(case, torch.nn.Module)
 
 
 def test_compiled_under_torch_context_parallelism_on_cpu_is_a_skip_with_its_reason():
@@ -134,11 +153,32 @@ def _judged(compiled: CompiledRun, fullgraph: bool):
     return judge(Outcome(case, record), run)
 
 
-def test_the_graph_is_the_proof_its_kernels_and_calls_counted_per_execution():
+def test_the_graph_is_the_proof_its_kernels_counted_per_execution():
     compiled = _compiled_toy(graph_break=False)
     assert compiled.executed() == {"aten::_scaled_dot_product_flash_attention_for_cpu": 2}
-    assert compiled.calls["blocks.0"] == compiled.calls["blocks.1"] == 1
     assert compiled.figures()["graph_breaks"] == 0 and compiled.figures()["recompiles"] == 0
+
+
+def test_module_calls_are_counted_by_the_same_run_with_compilation_set_aside():
+    """The prediction is scaled by each module's calls: one eager run under the eager recorder (force_eager), which
+    compiles nothing new and leaves the graphs' counts alone."""
+    from types import SimpleNamespace
+
+    toy, x = _Toy(graph_break=False), torch.randn(1, 8, 8)
+    compiled = CompiledRun(MODES["aot_eager"])
+    compiled.compile(toy)
+
+    def run_recorded(recorder):
+        with recorder:
+            return toy(x)
+
+    with torch.no_grad():
+        toy(x)
+        compiled.count_calls(SimpleNamespace(module=toy, kernel_scope=None, run_recorded=run_recorded))
+        with compiled:
+            toy(x)
+    assert compiled.calls["blocks.0"] == compiled.calls["blocks.1"] == 1
+    assert compiled.figures()["graphs"] == 1 and compiled.figures()["executions"] == [1]
 
 
 def test_sdpa_s_math_path_decomposed_in_the_graph_is_still_named():
@@ -178,8 +218,8 @@ def test_a_graph_break_is_counted_and_fails_only_under_fullgraph():
 
 
 def test_dispatches_inside_the_graph_count_per_execution_without_recompiling():
-    """The dispatch counter is noted at trace time: a count Dynamo could see would be guarded on, and every call of
-    a multi-call run (an image case's denoising steps) would recompile."""
+    """Under compile the count is an op of the graph (harness::dispatched): a count Dynamo could see would be
+    guarded on, and every call of a multi-call run (an image case's denoising steps) would recompile."""
     from harness.rank import backends
 
     attention = backends._counted("native", torch.nn.functional.scaled_dot_product_attention)
@@ -192,14 +232,14 @@ def test_dispatches_inside_the_graph_count_per_execution_without_recompiling():
     toy, x = Counted(), torch.randn(1, 8, 8)
     compiled = CompiledRun(MODES["aot_eager"])
     compiled.compile(toy)
-    backends.reset_dispatches()
     with torch.no_grad():
         toy(x)
         toy(x)
+        backends.reset_dispatches()
         with compiled:
             for _ in range(3):
                 toy(x)
-    assert compiled.dispatches()[0] == {"native": 3} and backends.dispatches() == {}
+    assert backends.dispatches() == {"native": 3}
     assert compiled.figures()["graphs"] == 1 and compiled.figures()["recompiles"] == 0
 
 
@@ -241,6 +281,75 @@ def test_bugs_traced_into_the_compiled_graph_fail_and_the_clean_twin_passes(sett
     assert local.status is Status.FAIL and "> tolerance" in local.reason
     assert graph_break.status is Status.FAIL and "--fullgraph" in graph_break.reason, graph_break.reason
     assert graph_break.figure("graph_breaks") >= 1 and graph_break.figure("max_abs_err") < 1e-5
+
+
+def test_each_execution_of_a_shared_graph_is_read_under_the_module_it_ran_in():
+    """Regional compilation: both blocks run the graph of their class; each execution names its own block, so the
+    attention kernels and calls are counted per block, not all at the first."""
+    from harness.core.modes import Mode
+
+    class Blocks(_Toy):
+        _repeated_blocks = ("_Attention",)
+
+        def compile_repeated_blocks(self, **kwargs):
+            for block in self.blocks:
+                block.compile(**kwargs)
+
+    toy, x = Blocks(graph_break=False), torch.randn(1, 8, 8)
+    compiled = CompiledRun(Mode("regional_aot_eager", "test", "aot_eager", regional=True))
+    compiled.compile(toy)
+    assert compiled.regions == ["blocks.0", "blocks.1"]
+    with torch.no_grad():
+        toy(x)
+        with compiled:
+            toy(x)
+    ran_in = {name for graph in compiled.graphs for name in graph.runs}
+    assert ran_in == {"blocks.0", "blocks.1"}
+    assert compiled.executed() == {"aten::_scaled_dot_product_flash_attention_for_cpu": 2}
+
+
+def test_regional_checks_the_exchanges_inside_the_blocks_and_names_those_it_cannot_see():
+    from harness.rank.comms_check import Expectation
+
+    compiled = CompiledRun(MODES["regional"])
+    compiled.regions = ["transformer_blocks.0"]
+    inside = Expectation("transformer_blocks.0.attn", "all_to_all", 4, "ulysses")
+    outside = Expectation("proj_out", "all_gather", 1, "gather point")
+    assert compiled.in_graphs([inside, outside]) == [inside]
+    assert any("proj_out all_gather run(s) eager between the graphs" in note for note in compiled.notes())
+    whole = CompiledRun(MODES["compile"])
+    assert whole.in_graphs([inside, outside]) == [inside, outside] and len(whole.notes()) == 2
+
+
+def test_a_hooked_module_s_path_in_the_graph_is_its_name_in_the_model():
+    """diffusers' hooks wrap forward; Dynamo writes the path through the wrapper's closure."""
+    from harness.rank.compiled import _module
+
+    hooked = ("L['self'].transformer_blocks[0].forward.func.__closure__[0].cell_contents.forward.func.__closure__[0]"
+              ".cell_contents.forward.__self__.attn")
+    assert _module(hooked) == "transformer_blocks.0.attn"
+    assert _module("forward.__self__.__dict__['_modules']['blocks'].0.attn") == "blocks.0.attn"
+
+
+@pytest.mark.slow
+def test_training_compiled_is_judged_and_its_bug_fails(settings_for, tmp_path):
+    """aot_eager, flux ulysses2 train: forward and backward compiled, the clean twin PASSes (diffusers' CP attention
+    backward breaks the graph: counted, not failed) and each rank attending only to its own chunk FAILs."""
+    from harness.core.records import case_id
+    from harness.run import runner
+    from harness.run.plan import PlannedCase
+
+    clean = Case("flux", parse_layout("ulysses2"), "native", "fp32", kind="train", mode="aot_eager")
+    plan = [PlannedCase(replace(clean, fault=fault)) for fault in (None, "cp_local_attention")]
+    run = settings_for(report_dir=str(tmp_path / "reports"))
+    results = {r.case_id: r for r in runner.run(run, plan, echo=lambda _: None, localize_failures=False).results}
+    twin = results[case_id("flux", "default", "ulysses2", "native", "fp32", "train", mode="aot_eager")]
+    local = results[case_id("flux", "default", "ulysses2", "native", "fp32", "train", "cp_local_attention",
+                            mode="aot_eager")]
+    assert twin.status is Status.PASS, twin.reason
+    assert twin.figure("graph_breaks") >= 1 and all(row["expected"] for row in twin.extra["comms"]
+                                                     if row["modules"] != "(model)")
+    assert local.status is Status.FAIL and "gradient of" in local.reason, local.reason
 
 
 @pytest.mark.slow

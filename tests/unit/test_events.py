@@ -26,3 +26,19 @@ def test_an_unknown_event_or_field_is_refused():
 
 def test_only_a_stuck_group_is_asked_for_its_stacks():
     assert {problem for problem in events.Problem if problem.stuck} == {events.Problem.HUNG, events.Problem.TIMEOUT}
+
+
+def test_a_record_that_cannot_be_written_is_the_case_s_error_not_the_launch_s():
+    """Found compiling Wan: a symbolic size in a record dragged fake tensors into it, the record could not be
+    written, and the rank died with the launch's other cases."""
+    import io
+
+    from harness.core.records import CaseRecord
+    from harness.engine.worker import Worker
+
+    worker = object.__new__(Worker)
+    worker.rank, worker.events = 0, io.StringIO()
+    worker.report(CaseRecord("flux/single/native/fp32/tensor", metrics={"max_abs_err": object()}))
+    event = events.from_dict(json.loads(worker.events.getvalue()))
+    assert event.record.case_id == "flux/single/native/fp32/tensor"
+    assert event.record.error.startswith("the case's record could not be written: TypeError")

@@ -165,3 +165,22 @@ def test_repository_native_flash_mask_entry_knows_each_release_wording():
     assert any(issue.excuses(_error(OLD_FLASH)) for issue in listed)
     assert any(issue.excuses(_error(NEW_FLASH)) for issue in listed)
     assert not any(issue.excuses(_error("RuntimeError: other")) for issue in listed)
+
+
+def test_an_entry_covers_the_compiled_twins_of_its_cases_unless_it_names_its_modes():
+    """An issue of diffusers is the same compiled: the eager glob matches `.../train/compile`, and its evidence must
+    still lie in the band; `modes` limits an entry to the modes it is about (an Inductor error)."""
+    assert NORMS.applies("flux/tp2/native/fp32/train/compile") and NORMS.applies("flux/tp2/native/fp32/train")
+    assert not NORMS.applies("flux/tp2/native/fp32/tensor/compile")
+    inductor = KnownIssue("qwenimage@masked/ulysses2/*", "Inductor", error_contains="CppCSEVariable",
+                          modes=("compile", "regional"), key="test #2")
+    assert inductor.applies("qwenimage@masked/ulysses2/native/fp32/tensor/regional")
+    assert not inductor.applies("qwenimage@masked/ulysses2/native/fp32/tensor")
+    assert not inductor.applies("qwenimage@masked/ulysses2/native/fp32/tensor/aot_eager")
+
+
+def test_an_unknown_mode_in_an_entry_names_the_file(tmp_path):
+    path = tmp_path / "known_issues.toml"
+    path.write_text('[[issue]]\nmatch = "*"\nreason = "r"\nerror_contains = "x"\nmodes = ["jit"]\n')
+    with pytest.raises(HarnessError, match=r"known_issues.toml: \[\[issue\]\] #1.*unknown modes \['jit'\]"):
+        load_known_issues(path)

@@ -55,3 +55,13 @@ def test_a_changed_status_figure_or_evidence_is_named(tmp_path):
     before.write_text(json.dumps({"cases": BEFORE}))
     new.write_text(json.dumps({"cases": after}))
     assert _script().main([str(before), str(new)]) == 1
+
+
+def test_two_runs_of_the_typed_layout_compare_figure_by_figure():
+    """Found comparing two full plans of today: every figure was reported new, the typed figures of before unread."""
+    run = _after(BEFORE)
+    counted, differences = _script().compare(run, _after(BEFORE))
+    assert differences == [] and counted["figures"] == 5
+    changed = _after(BEFORE)
+    changed[1]["figures"][1]["value"] = 2e-6
+    assert _script().compare(run, changed)[1] == ["m/tp2/native/fp32/train: figure weight_max_abs_err 1e-06 -> 2e-06"]
