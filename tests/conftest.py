@@ -29,8 +29,9 @@ def rewrite_meta():
 
 @pytest.fixture
 def project(tmp_path, monkeypatch):
-    """An empty project folder with its own pyproject.toml, so tests never touch the real references/ or reports/."""
-    (tmp_path / "pyproject.toml").write_text("[tool.harness]\n")
+    """A project folder with its own pyproject.toml, so tests never touch the real references/ or reports/."""
+    # eager only: a test of the compile axis asks for its modes (the quick plan's compile slice costs minutes)
+    (tmp_path / "pyproject.toml").write_text('[tool.harness]\nmodes = ["eager"]\n')
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

@@ -18,15 +18,20 @@ class Mode:
     help: str
     backend: str | None = None  # torch.compile's backend (None: eager)
     regional: bool = False  # compile each of the model's `_repeated_blocks` instead of the whole model
+    # times the case timeout: Inductor compiles a tiny case's forward and backward in 10 to 60 s on 2 quiet cores,
+    # and over 300 s on a loaded one (a CI test suite beside a run); a hang is still caught by the stall detector
+    timeout_factor: float = 1.0
 
 
 MODES = {mode.name: mode for mode in (
     Mode(EAGER, "as written, no compilation"),
-    Mode("compile", "torch.compile of the whole model, Inductor (what users run for speed)", "inductor"),
+    Mode("compile", "torch.compile of the whole model, Inductor (what users run for speed)", "inductor",
+         timeout_factor=6.0),
     Mode("regional", "diffusers' compile_repeated_blocks: each repeated block compiled by Inductor", "inductor",
-         regional=True),
+         regional=True, timeout_factor=6.0),
     Mode("aot_eager", "torch.compile with the aot_eager backend: Dynamo and AOTAutograd, no Inductor (a cheap "
-                      "diagnostic: it tells a tracing bug from a code-generation one)", "aot_eager"),
+                      "diagnostic: it tells a tracing bug from a code-generation one)", "aot_eager",
+         timeout_factor=3.0),
 )}
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness.core import events
 from harness.core.events import Done, Fatal, Hello, Problem, RankError, Result, Start
+from harness.core.modes import mode_of
 from harness.core.records import Case, CaseRecord, GroupSpec, Outcome
 from harness.run import procs
 from harness.run.launchers import Capacity, Local, node_env
@@ -291,7 +292,12 @@ class _Launch:
             return Problem.RANK_ERROR
         if watch.stalled_for() > STALL_S:
             return Problem.HUNG
-        return Problem.TIMEOUT if waited > self.case_timeout else None
+        return Problem.TIMEOUT if waited > self._limit(watch.current) else None
+
+    def _limit(self, case_id: str | None) -> float:
+        """The case timeout, times its mode's factor: compiling is most of a compiled case's time."""
+        case = self.by_id.get(case_id)
+        return self.case_timeout * (mode_of(case.mode).timeout_factor if case is not None else 1.0)
 
     def _blame(self, problem: Problem, returncode) -> None:
         """Give the case in flight its outcome; if the launch died before any case started, every case."""
@@ -326,7 +332,8 @@ class _Launch:
         where, stacks = stuck_where(self.stacks, name), "\n".join(f"--- {name(rank)} ---\n{text}"
                                                                    for rank, text in sorted(self.stacks.items()))
         if problem is Problem.TIMEOUT:
-            return CaseRecord(case_id, error=f"no result after {waited:.0f}s (case timeout){where}", timeout=True,
+            return CaseRecord(case_id, error=f"no result after {waited:.0f}s (case timeout "
+                                             f"{self._limit(case_id):.0f}s){where}", timeout=True,
                               traceback=stacks)
         if problem is Problem.HUNG:
             return CaseRecord(case_id, error=f"hung: no rank used CPU time for {STALL_S:.0f}s (blocked or asleep), "

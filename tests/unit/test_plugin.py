@@ -21,7 +21,7 @@ def test_parity(parity_case, parity_results):
 @pytest.fixture
 def user_project(pytester):
     pytester.makefile(".toml", pyproject='[tool.harness]\nmodels = ["flux"]\nlayouts = ["ulysses2", "ulysses4"]\n'
-                      'backends = ["native"]\ndtypes = ["fp32"]\nkinds = ["tensor"]\n'
+                      'backends = ["native"]\ndtypes = ["fp32"]\nkinds = ["tensor"]\nmodes = ["eager"]\n'
                       'cpu_max_ranks = 2\n')
     pytester.makepyfile(test_matrix=PARITY_TESTS)
     return pytester

@@ -31,7 +31,7 @@ pytest_plugins = ["pytester"]
 # Far beyond any clean case on a loaded machine: the hang below is found by the stall detection (no rank uses CPU
 # time), which does not depend on machine speed, never by this timeout.
 CASE_TIMEOUT = 600
-FLUX_2 = ["--models", "flux", "--backends", "native", "--dtypes", "fp32", "--kinds", "tensor"]
+FLUX_2 = ["--models", "flux", "--backends", "native", "--dtypes", "fp32", "--kinds", "tensor", "--modes", "eager"]
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
@@ -249,6 +249,7 @@ def test_two_captures_at_once_write_each_reference_once_and_whole(project):
 # ---------------------------------------------------------------------------------------------------- xdist
 
 XDIST_PROJECT = '''[tool.harness]
+modes = ["eager"]
 models = ["flux"]
 layouts = ["ulysses2", "tp2"]
 backends = ["native"]
