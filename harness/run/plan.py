@@ -102,7 +102,7 @@ def mode_skip(case: Case, model_class) -> str | None:
     if mode.backend is None:
         return None
     if not kind_of(case.kind).compiles:
-        return f"the {case.kind} kind is not compiled yet (issue 25: its forward and backward under torch.compile)"
+        return f"the {case.kind} kind does not run compiled (its `compiles` is False)"
     if mode.regional and not hasattr(model_class, "compile_repeated_blocks"):
         return "this diffusers has no compile_repeated_blocks (regional compilation)"
     if mode.regional and not getattr(model_class, "_repeated_blocks", None):

@@ -81,7 +81,7 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
     echo(f"plan: {len(plan)} cases, {len(runnable)} to run, {len(plan) - len(runnable)} skipped at plan time"
          + (f", {len(runnable) - len(todo)} kept from the interrupted run" if resume else ""))
     compiled = [mode for mode in settings.modes if mode != EAGER]
-    if compiled and settings.compile_cases != ["*"]:
+    if compiled and "all" not in compiled and settings.compile_cases != ["*"]:
         echo(f"{', '.join(compiled)}: the plan's compile slice only, {sum(p.case.mode != EAGER for p in plan)} "
              f"case(s) (--compile-cases '*' compiles every case of the plan; --modes all runs every mode)")
     refusals = {p.case.case_id: p.expected_refusal for p in plan if p.expected_refusal is not None}

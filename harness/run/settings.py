@@ -145,9 +145,9 @@ RUN_OPTIONS = tuple(name for name, option in OPTIONS.items() if not option.is_ta
 # tcp2: PyTorch's own context parallelism, the quick plan's slice of it (flux trains in 0.7 s on two ranks)
 QUICK_TRAIN_LAYOUTS = ["ulysses2", "ring2", "ring4", "ring2xulysses2", "tp2", "dp2", "dp2xulysses2", "tcp2"]
 
-# The quick plan's compile slice (Inductor; about 3 minutes cold on 2 cores, docs/compile.md): two models on one
-# layout of each family it compiles (ring's native backend is a known refusal; the full plan compiles ring), fp32,
-# bf16 on flux, and one train case.
+# The quick plan's compile slice (Inductor; about 4 minutes cold, 1 warm, on 2 cores: docs/compile.md): two models
+# on one layout of each family it compiles (ring's native backend is a known refusal; the full plan compiles ring),
+# fp32, bf16 on flux, and one train case.
 QUICK_COMPILE = [*(f"{model}/{layout}/native/fp32/tensor" for model in ("flux", "qwenimage")
                    for layout in ("single", "ulysses2", "tp2")),
                  "flux/single/native/bf16/tensor", "flux/ulysses2/native/bf16/tensor",
