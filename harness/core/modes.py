@@ -44,8 +44,12 @@ def mode_of(name: str) -> Mode:
 
 
 def eager_id(case_id: str) -> tuple[str, str]:
-    """A case id without its mode (the last part of a compiled case's id), and the mode."""
-    head, _, last = case_id.rpartition("/")
+    """A case id without its mode (the last part of a compiled case's id; a negative control's fault stays), and the
+    mode: the id of the case's eager twin."""
+    from harness.core.axes import FAULT
+
+    case, plus, fault = case_id.partition(FAULT)
+    head, _, last = case.rpartition("/")
     if last in MODES and last != EAGER:
-        return head, last
+        return head + plus + fault, last
     return case_id, EAGER

@@ -28,6 +28,7 @@ from harness.run.launchers import OWN_OPTIONS, launcher_from
 from harness.run.nodes import WORKDIR, SharedRun
 from harness.run.plan import PlannedCase, build_plan, max_ranks, uncovered_rows
 from harness.run.settings import Settings
+from harness.run.twins import name_eager_twins
 from harness.run.verdict import apply_expected_refusal, apply_known_issues, judge, not_run, note_repro
 
 PARTIAL = "results.partial.jsonl"
@@ -99,6 +100,7 @@ def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
                   settings, report_dir, done, echo)
     localize_s = time.monotonic() - localizing
     results = [done.get(p.case.case_id) or not_run(p) for p in plan]
+    name_eager_twins(results)
     header = _header(settings, versions, results, started, time.monotonic() - clock, stats.launches)
     header.shard = shard.header if shard is not None else None
     header.time_breakdown = timing.time_breakdown(results, stats.startup_s, header.wall_s, localize_s, plan_s)
@@ -165,11 +167,12 @@ def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo)
     def on_outcome(outcome: Outcome) -> None:
         result, record = done[outcome.case.case_id], outcome.record
         result.extra["localize_s"] = record.seconds
-        if record.failed or record.timeout:
+        found = None if record.failed or record.timeout else (record.metrics or {}).get("localization")
+        if found is None:
             result.extra["localization_error"] = record.error or "no result"
             result.first_divergence = f"not localized: {record.error or 'no result'}"
         else:
-            found = Localization.from_dict(record.metrics["localization"])
+            found = Localization.from_dict(found)
             result.extra["localization"] = found.to_dict()
             result.first_divergence = found.summary + (f" ({found.untraced})" if found.untraced else "")
         echo(f"  {result.case_id}: {result.first_divergence}")

@@ -5,6 +5,7 @@ the proof of what ran (a wrong backend fails even when its numbers agree), then 
 from __future__ import annotations
 
 import shlex
+import traceback
 
 from harness.core import evidence
 from harness.core.evidence import Evidence, status_of
@@ -23,7 +24,19 @@ def base_result(case) -> CaseResult:
 
 
 def judge(outcome: Outcome, settings) -> CaseResult:
-    """The case's result: what its run recorded, judged by its kind against the kind's policy for its dtype."""
+    """The case's result: what its run recorded, judged by its kind against the kind's policy for its dtype. A judge
+    that raises (a harness bug, or a kind of one's own, `HARNESS_KINDS`) makes this case an ERROR that keeps the
+    traceback: the run goes on, and its other results and reports are not lost with it."""
+    try:
+        return _judge(outcome, settings)
+    except Exception as error:  # noqa: BLE001 - a case that cannot be judged is its ERROR, never the run's
+        result = base_result(outcome.case)
+        result.extra["traceback"] = traceback.format_exc()
+        return settle(result, [Evidence("error", f"judging this case raised {type(error).__name__}: {error} (a bug of "
+                                                 f"the harness or of the {outcome.case.kind!r} kind's judge)")])
+
+
+def _judge(outcome: Outcome, settings) -> CaseResult:
     result, record = base_result(outcome.case), outcome.record
     result.seconds, result.peak_mem_mb = record.seconds, record.peak_mem_mb
     timings = {"peak_mem_mb_per_rank": record.peak_mem_mb_per_rank, "seconds_per_rank": record.seconds_per_rank,

@@ -15,6 +15,7 @@ from harness.core.layouts import parse_layout
 from harness.core.modes import MODES
 from harness.core.records import Case, CaseRecord, Outcome
 from harness.core.results import Status
+from harness.kinds.tensor import MAX_ABS
 from harness.rank.compiled import CompiledRun
 from harness.run.plan import build_plan
 from harness.run.verdict import base_result, judge
@@ -32,6 +33,27 @@ def test_eager_ids_stay_and_compiled_ids_name_their_mode():
     assert all(planned.runs for planned in by_id.values())
     case = by_id["flux/ulysses2/native/fp32/tensor/aot_eager"].case
     assert Case.from_dict(case.to_dict()) == case and base_result(case).mode == "aot_eager"
+
+
+def test_a_failing_compiled_case_names_its_eager_twins_figure_or_says_it_is_absent():
+    from harness.run.twins import name_eager_twins
+
+    def result(case, status, error):
+        found = base_result(case)
+        found.status, found.reason = status, "max abs err > tolerance"
+        found.figures = [MAX_ABS.of(error)]
+        return found
+
+    clean = Case("flux", parse_layout("ulysses2"), "native", "fp32", fault="compiled_only")
+    eager = result(clean, Status.PASS, 1.8e-7)
+    compiled = result(replace(clean, mode="compile"), Status.FAIL, 3.2e-2)
+    alone = result(replace(clean, mode="aot_eager", fault=None), Status.FAIL, 3.2e-2)
+    passing = result(replace(clean, mode="regional"), Status.PASS, 1e-7)
+    name_eager_twins([eager, compiled, alone, passing])
+    assert compiled.reason.endswith("; eager twin: PASS 1.8e-07 (compiled: FAIL 3.2e-02)"), compiled.reason
+    assert compiled.extra["eager_twin"]["case_id"] == eager.case_id == "flux/ulysses2/native/fp32/tensor+compiled_only"
+    assert alone.reason.endswith("eager twin flux/ulysses2/native/fp32/tensor: not in this run"), alone.reason
+    assert "eager twin" not in passing.reason and "eager twin" not in eager.reason
 
 
 def test_each_plan_compiles_its_slice_only_and_all_runs_every_mode_on_every_case():
@@ -275,6 +297,7 @@ def test_bugs_traced_into_the_compiled_graph_fail_and_the_clean_twin_passes(sett
     eager = results[case_id("flux", "default", "ulysses2", "native", "fp32", "tensor", "compiled_only")]
     assert eager.status is Status.PASS, eager.reason
     assert compiled_only.status is Status.FAIL and "> tolerance" in compiled_only.reason, compiled_only.reason
+    assert f"eager twin: PASS {eager.cell} (compiled: FAIL {compiled_only.cell})" in compiled_only.reason
     assert twin.status is Status.PASS, twin.reason
     assert twin.figure("graph_breaks") == 0 and twin.figure("recompiles") == 0
     assert all(row["expected"] for row in twin.extra["comms"])  # every exchange predicted, from the graphs

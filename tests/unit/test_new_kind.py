@@ -94,7 +94,8 @@ def rows(report_dir):
 
 
 def test_a_kind_of_your_own_is_planned_run_judged_and_rendered(own_kinds):
-    (own_kinds / "pyproject.toml").write_text("[tool.harness]\n[tool.harness.norm]\nslack = 1e-3\n")
+    # eager only, as the `project` fixture's file says: this is a test of kinds, not of the compile slice
+    (own_kinds / "pyproject.toml").write_text('[tool.harness]\nmodes = ["eager"]\n[tool.harness.norm]\nslack = 1e-3\n')
     plan = ("--models", "flux", "--layouts", "single,ulysses2", "--backends", "native", "--dtypes", "fp32",
             "--kinds", "norm,tensor")
     done = harness(own_kinds, "run", *plan, "--report-dir", "clean")
@@ -106,7 +107,8 @@ def test_a_kind_of_your_own_is_planned_run_judged_and_rendered(own_kinds):
     assert (own_kinds / "references/flux/norm.safetensors").is_file()  # captured as the kind's own reference
     # Its own option, on the command line, makes the same numbers fail: the verdict is the kind's.
     strict = harness(own_kinds, "run", *plan, "--norm-slack", "1e-12", "--report-dir", "strict")
-    assert strict.returncode == 1
+    assert strict.returncode == 1, strict.stdout + strict.stderr
+    assert (own_kinds / "strict/matrix.md").is_file(), strict.stdout + strict.stderr
     assert "flux/ulysses2/native/fp32/norm" in (own_kinds / "strict/matrix.md").read_text()
     assert "is off 1 by more than 1e-12" in (own_kinds / "strict/matrix.md").read_text()
     page = (own_kinds / "strict/index.html").read_text()
@@ -121,6 +123,7 @@ def test_a_kind_of_your_own_under_pytest(own_kinds):
         backends = ["native"]
         dtypes = ["fp32"]
         kinds = ["norm"]
+        modes = ["eager"]
         cpu_max_ranks = 2
         """))
     (own_kinds / "test_matrix.py").write_text(textwrap.dedent("""\

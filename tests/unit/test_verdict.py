@@ -77,6 +77,18 @@ def test_error_and_timeout_keep_their_message():
     assert judge(timeout, _policy(1e-5)).status is Status.TIMEOUT
 
 
+def test_a_judge_that_raises_makes_its_case_an_error_with_the_traceback_not_a_lost_run():
+    """A record the kind cannot read (here its metrics lack the mean error) is that case's ERROR, naming the kind."""
+    outcome = _outcome()
+    del outcome.record.metrics["mean_abs_err"]
+    result = judge(outcome, _policy(1e-5))
+    assert result.status is Status.ERROR, result.reason
+    assert result.reason.startswith("judging this case raised KeyError: 'mean_abs_err'") and "'tensor' kind" in \
+        result.reason
+    assert "Traceback" in result.extra["traceback"] and "_judge" in result.extra["traceback"]
+    assert judge(_outcome(), _policy(1e-5)).status is Status.PASS  # its clean twin
+
+
 def test_known_issue_turns_error_into_xfail_and_reports_xpass():
     issue = KnownIssue("*/ring*/native/*/*", "no LSE", "https://example.invalid/1", error_contains="return_lse")
     failing = judge(_failed(_outcome(layout="ring2"), error="ValueError: Native attention does not support "
