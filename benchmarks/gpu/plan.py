@@ -41,7 +41,7 @@ class Part:
     options: tuple[str, ...]
 
 
-PART_NAMES = ("single", "quick")  # in the order they run; `check.sh --parts` takes these
+PART_NAMES = ("single", "quick", "compile")  # in the order they run; `check.sh --parts` takes these
 
 
 def parts(gpus: int) -> list[Part]:
@@ -56,10 +56,16 @@ def parts(gpus: int) -> list[Part]:
               "--kinds", "tensor,train,image", "--models", ",".join(models),
               "--train-models", ",".join(PLANS["quick"]["train_models"]), "--allow-no-parallel")
     quick = ("--allow-no-parallel",) if gpus < 2 else ()  # on one GPU every parallel layout is a SKIP by capacity
+    # Compiling costs far more than running: the quick plan's compile slice is a part of its own, last, so that a
+    # budget it overruns cuts it short (its finished cases kept) and not the eager parts
     return [
         Part("single", "one GPU: the single layout, every attention backend against native SDPA in bf16 and fp16 "
-                       "(tensor, train, one image case per pipeline)", 240.0, single),
-        Part("quick", "the quick plan's layouts (NCCL), as `harness run` runs it by default", 360.0, quick),
+                       "(tensor, train, one image case per pipeline), eager", 240.0, (*single, "--modes", "eager")),
+        Part("quick", "the quick plan's layouts (NCCL), eager, as `harness run` runs them by default", 360.0,
+             (*quick, "--modes", "eager")),
+        Part("compile", "the quick plan's compile slice under Inductor (Triton kernels on CUDA), as `harness run` "
+                        "compiles it by default; its eager twins are the quick part's", 300.0,
+             (*quick, "--modes", "compile")),
     ]
 
 
@@ -239,6 +245,10 @@ PLAN_S = 8.0  # `harness run` up to its first launch: imports and the plan (7.5 
 CUDA_INIT_S = 5.0  # first CUDA use in a process: context, cuBLAS and cuDNN handles (assumed)
 NCCL_INIT_S = 5.0  # an NCCL communicator, once per launch of more than one rank (assumed)
 FIRST_CALL_S = 1.0  # first call of a backend in a dtype within a launch: cuDNN graph build, kernel load (assumed)
+# compiling one case with Inductor, its cache cold (assumed: the quick slice compiled in 173 s for 9 cases, about
+# 19 s a case, on the 2-core CPU, docs/compile.md; Triton code generation taken as twice that, a train case twice
+# again for its backward)
+COMPILE_S = {"tensor": 40.0, "image": 40.0, "train": 80.0}
 REPORTS_S = 3.0  # matrix, results.json and index.html of one part (under 1 s here)
 SETUP_S = {"installed": 45.0, "registry": 240.0}  # venv-free pip into a folder + import check / + CUDA wheels (~3 GB)
 BACKENDS_S = 20.0  # `harness backends`: imports and one probe per backend and dtype
@@ -253,7 +263,9 @@ ASSUMPTIONS = [
     f"each launch: 8 s start-up (harness/run/shards.py, measured here) + {CUDA_INIT_S:.0f} s first CUDA use + "
     f"{NCCL_INIT_S:.0f} s NCCL init when it has more than one rank (assumed)",
     f"{FIRST_CALL_S:.0f} s for the first call of each backend and dtype in a launch (cuDNN graphs, kernel loading; "
-    "assumed); no torch.compile anywhere (flex attention runs eagerly)",
+    "assumed); torch.compile only in the compile part (flex attention runs eagerly elsewhere)",
+    f"a compiled case: {COMPILE_S['tensor']:.0f} s of Inductor with its cache cold ({COMPILE_S['train']:.0f} s a "
+    "train case; assumed: twice the 19 s a case the quick slice took on the 2-core CPU)",
     f"setup {SETUP_S['installed']:.0f} s with the machine's own CUDA torch and the wheelhouse; "
     f"{SETUP_S['registry']:.0f} s where a CUDA torch must come from the registry",
     f"references: {CAPTURE_S[0]:.0f} s + {CAPTURE_S[1]} s each (measured here); the harness captures on the CPU",
@@ -275,9 +287,11 @@ def part_estimate(views: list[tuple], gpus: int) -> dict:
     sizes = sorted({planned.case.world_size for planned in running})
     launches = sum(STARTUP_S + CUDA_INIT_S + (NCCL_INIT_S if size > 1 else 0.0) for size in sizes)
     cases = sum(case_s(p.case.kind, p.case.world_size) for p in running)
+    compiling = sum(COMPILE_S.get(p.case.kind, COMPILE_S["tensor"]) for p in running if p.case.mode != "eager")
     first = FIRST_CALL_S * len({(p.case.world_size, p.case.backend, p.case.dtype) for p in running})
-    total = PLAN_S + CUDA_INIT_S + launches + cases + first + REPORTS_S
-    return {"seconds": round(total, 1), "cases_s": round(cases, 1), "launches": len(sizes),
+    total = PLAN_S + CUDA_INIT_S + launches + cases + compiling + first + REPORTS_S
+    return {"seconds": round(total, 1), "cases_s": round(cases, 1), "compile_s": round(compiling, 1),
+            "launches": len(sizes),
             "launches_s": round(launches, 1), "first_calls_s": round(first, 1), "runs": len(running)}
 
 

@@ -67,27 +67,32 @@ def test_dry_run_plans_what_harness_run_plans(planned, monkeypatch):
     assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
     monkeypatch.chdir(REPO)
     names = [part["name"] for part in plan["parts"]]
-    assert names == ["single", "quick"]
+    assert names == ["single", "quick", "compile"]
     for part in plan["parts"]:
         assert f"harness run {' '.join(part['args'])}" in process.stdout  # the exact command the GPU run runs
         assert part["case_ids"] == harness_case_ids(part["args"]), part["name"]
     from harness.core.layouts import DEFAULT_LAYOUTS
     from harness.rank.backends import all_backend_names
 
-    single, quick = plan["parts"]
+    single, quick, compiled = plan["parts"]
     assert {case_id.split("/")[2] for case_id in single["case_ids"] if "/" in case_id} == set(all_backend_names())
     assert {case_id.split("/")[1] for case_id in single["case_ids"] if "/" in case_id} == {"single"}
     assert {case_id.split("/")[3] for case_id in single["case_ids"] if "/" in case_id} == {"bf16", "fp16"}
     assert {case_id.split("/")[4] for case_id in single["case_ids"] if "/" in case_id} == {"tensor", "train", "image"}
     assert {"wan/single/native/bf16/image", "flux/single/flex/fp16/train"} <= set(single["case_ids"])
     assert {case_id.split("/")[1] for case_id in quick["case_ids"] if "/" in case_id} >= set(DEFAULT_LAYOUTS)
+    # every mode but eager in the compile part, only eager in the others: the quick plan's compile slice, once
+    from harness.run.settings import QUICK_COMPILE
+
+    assert not any(case_id.endswith("/compile") for case_id in single["case_ids"] + quick["case_ids"])
+    assert sorted(case_id.removesuffix("/compile") for case_id in compiled["case_ids"]) == sorted(QUICK_COMPILE)
 
 
 @pytest.mark.slow
 def test_dry_run_predicts_the_gpu_and_fits_the_budget(planned):
     process, plan = planned
     assert process.returncode == 0, process.stderr[-3000:]
-    single, quick = plan["parts"]
+    single, quick, compiled = plan["parts"]
     assert single["gpu"]["RUN"] > 84  # more than on this CPU: the CUDA backends run there
     assert {"_native_cudnn", "_native_efficient", "native"} <= set(plan["usable_on_gpu"])
     assert quick["gpu"].get("ERROR", 0) > 0  # _native_flash in fp32: CUDA's flash kernel takes fp16/bf16 only
@@ -95,7 +100,9 @@ def test_dry_run_predicts_the_gpu_and_fits_the_budget(planned):
     assert match, process.stdout[-2000:]
     assert int(match[1]) <= int(match[2]) == 480
     assert plan["estimate"]["total_s"] <= 480
+    assert compiled["estimate"]["compile_s"] > 0 == quick["estimate"]["compile_s"]  # compiling is counted, once
     assert [item["step"] for item in plan["estimate"]["items"]] == ["setup", "backends", "capture", "single", "quick",
+                                                                     "compile",
                                                                      "summary"]
 
 
@@ -140,7 +147,7 @@ def test_a_budget_the_plan_does_not_fit_fails_without_the_registry(tmp_path):
     (["--budget-s", "abc"], "--budget-s: 'abc' is not a number of seconds"),
     (["--budget-s", "-5"], "--budget-s: '-5': give a positive number of seconds"),
     (["--gpus", "0"], "--gpus: give at least 1"),
-    (["--parts", "single,nope"], "--parts: unknown part(s) nope; the parts: single, quick"),
+    (["--parts", "single,nope"], "--parts: unknown part(s) nope; the parts: single, quick, compile"),
     (["--frobnicate"], "unrecognized arguments: --frobnicate"),
     (["--prepare"], "not allowed with argument --dry-run"),
 ])
