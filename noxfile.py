@@ -68,8 +68,9 @@ RELEASES = ["0.36.0", "0.38.0", "0.40.0", "0.42.1"]
 # ("Older diffusers releases"). They stay FAIL in the matrix: finding them is what the harness is for. `nox -s compat`
 # fails on any other FAIL, ERROR or TIMEOUT, and on a listed finding that no longer reproduces.
 FINDINGS = {
-    # QwenImageTransformer2DModel ignores encoder_hidden_states_mask (padding is attended), every layout; fixed in 0.37
-    "0.36.0": ["qwenimage@masked/*/*/fp32/tensor"],
+    # QwenImageTransformer2DModel ignores encoder_hidden_states_mask (padding is attended), every layout, forward and
+    # training (the quick plan trains it masked on dp2 only: CP training on native cannot run on 0.36); fixed in 0.37
+    "0.36.0": ["qwenimage@masked/*/*/fp32/tensor", "qwenimage@masked/*/*/fp32/train"],
     # Ulysses applies the full-sequence joint text mask to its all-to-all key layout; fixed in 0.39 (#13756)
     "0.38.0": ["qwenimage@masked/ulysses[0-9]/native/*/tensor"],
     "0.40.0": [],
