@@ -20,6 +20,7 @@ from harness.report.idsets import describe
 from harness.report.write import write_reports
 from harness.run.shards import digest
 from harness.run.timing import time_breakdown
+from harness.run.twins import name_eager_twins
 
 
 @dataclass
@@ -46,6 +47,7 @@ def merge_runs(folders: list[Path], out_dir: Path) -> tuple[list[CaseResult], Ru
     plan = _check_same_plan(parts)
     by_id = _check_each_case_once(parts, plan)
     results = [by_id[case_id] for case_id in plan]
+    name_eager_twins(results)  # a twin that was another part's is in the merged run
     header = _header(parts, results)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

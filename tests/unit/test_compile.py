@@ -54,6 +54,10 @@ def test_a_failing_compiled_case_names_its_eager_twins_figure_or_says_it_is_abse
     assert compiled.extra["eager_twin"]["case_id"] == eager.case_id == "flux/ulysses2/native/fp32/tensor+compiled_only"
     assert alone.reason.endswith("eager twin flux/ulysses2/native/fp32/tensor: not in this run"), alone.reason
     assert "eager twin" not in passing.reason and "eager twin" not in eager.reason
+    # merged with the shard that ran its twin (harness merge names them again): the absence is replaced, not kept
+    twin = result(replace(clean, fault=None), Status.FAIL, 3.1e-2)
+    name_eager_twins([alone, twin])
+    assert alone.reason == "max abs err > tolerance; eager twin: FAIL 3.1e-02 (compiled: FAIL 3.2e-02)", alone.reason
 
 
 def test_each_plan_compiles_its_slice_only_and_all_runs_every_mode_on_every_case():
