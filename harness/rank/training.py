@@ -208,11 +208,43 @@ def packed_parameters(module, degree: int) -> dict[str, tuple]:
     plain `Shard(dim)`: `full_tensor()` returns the blocks' slices in rank order, not the model's order."""
     try:
         from diffusers.hooks.tensor_parallel import resolve_tp_shard_specs
-    except ImportError:  # releases without packed styles shard every parameter plainly
-        return {}
+    except ImportError:
+        return _packed_from_plan(module, degree)
     specs = resolve_tp_shard_specs(module, type(module)._tp_plan, degree)
     return {name: (spec.dim, list(spec.block_sizes), degree) for name, spec in specs.items()
             if spec.block_sizes is not None and len(spec.block_sizes) > 1}
+
+
+def _packed_from_plan(module, degree: int) -> dict[str, tuple]:
+    """The same, on a release with the packed styles but without `resolve_tp_shard_specs` (0.40.0): read from the
+    plan's markers through diffusers' own plan expansion and block arithmetic (without it, a packed gradient is
+    compared in rank order: flux's `proj_out` came out 1.05 rel L2 off). Before 0.40 there is no tensor parallelism."""
+    try:
+        from diffusers.hooks.tensor_parallel import (
+            PackedColwiseParallel,
+            PackedRowwiseParallel,
+            _blocks_to_block_sizes,
+            _resolve_tp_plan,
+        )
+    except ImportError:
+        return {}
+    names = {id(child): name for name, child in module.named_modules()}
+    found = {}
+    for block, plan in _resolve_tp_plan(module, type(module)._tp_plan):
+        for relative, style in plan.items():
+            if not isinstance(style, (PackedColwiseParallel, PackedRowwiseParallel)):
+                continue
+            linear, columns = block.get_submodule(relative), isinstance(style, PackedColwiseParallel)
+            blocks = style.blocks or getattr(linear, "_tp_packed_col_blocks" if columns else "_tp_packed_row_blocks")
+            dim = 0 if columns else 1
+            sizes = _blocks_to_block_sizes(linear.weight.shape[dim], blocks)
+            if len(sizes) < 2:
+                continue
+            path = ".".join(part for part in (names[id(block)], relative) if part)
+            found[f"{path}.weight"] = (dim, sizes, degree)
+            if columns and linear.bias is not None:  # a row-parallel bias is added after the reduction: whole
+                found[f"{path}.bias"] = (0, sizes, degree)
+    return found
 
 
 def unpack(gathered: torch.Tensor, dim: int, block_sizes: list[int], degree: int) -> torch.Tensor:

@@ -49,6 +49,22 @@ def test_packed_shards_are_put_back_in_the_model_order():
     assert torch.equal(training.unpack(gathered, 1, [4, 8], 2), model)
 
 
+@pytest.mark.parametrize("model", ["flux", "flux2"])
+def test_packed_layouts_read_from_the_plan_agree_with_diffusers_own_resolver(model):
+    """0.40.0 has the packed styles but no `resolve_tp_shard_specs`: the harness reads them from the plan itself. Where
+    both exist they must agree, and flux's single-block `proj_out` (cat(attention, MLP) in) must be among them."""
+    pytest.importorskip("diffusers.hooks.tensor_parallel", reason="tensor parallelism needs diffusers >= 0.40")
+    from diffusers.hooks import tensor_parallel
+
+    if not hasattr(tensor_parallel, "resolve_tp_shard_specs"):
+        pytest.skip("this diffusers has no resolve_tp_shard_specs to compare with")
+    built = get_spec(model).build()
+    own = training.packed_parameters(built, 2)
+    assert training._packed_from_plan(built, 2) == own
+    if model == "flux":
+        assert own["single_transformer_blocks.0.proj_out.weight"][:2] == (1, [64, 256])
+
+
 def test_a_run_starts_again_from_the_seed_weights_and_learns():
     spec = get_spec("flux")
     model = spec.build()
