@@ -291,8 +291,8 @@ def part_estimate(views: list[tuple], gpus: int) -> dict:
     first = FIRST_CALL_S * len({(p.case.world_size, p.case.backend, p.case.dtype) for p in running})
     total = PLAN_S + CUDA_INIT_S + launches + cases + compiling + first + REPORTS_S
     return {"seconds": round(total, 1), "cases_s": round(cases, 1), "compile_s": round(compiling, 1),
-            "launches": len(sizes),
-            "launches_s": round(launches, 1), "first_calls_s": round(first, 1), "runs": len(running)}
+            "launches": len(sizes), "launches_s": round(launches, 1), "first_calls_s": round(first, 1),
+            "runs": len(running)}
 
 
 @dataclass

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.core.axes import FAULT
+
 EAGER = "eager"
 
 
@@ -46,8 +48,6 @@ def mode_of(name: str) -> Mode:
 def eager_id(case_id: str) -> tuple[str, str]:
     """A case id without its mode (the last part of a compiled case's id; a negative control's fault stays), and the
     mode: the id of the case's eager twin."""
-    from harness.core.axes import FAULT
-
     case, plus, fault = case_id.partition(FAULT)
     head, _, last = case.rpartition("/")
     if last in MODES and last != EAGER:

@@ -81,7 +81,7 @@ def test_dry_run_plans_what_harness_run_plans(planned, monkeypatch):
     assert {case_id.split("/")[4] for case_id in single["case_ids"] if "/" in case_id} == {"tensor", "train", "image"}
     assert {"wan/single/native/bf16/image", "flux/single/flex/fp16/train"} <= set(single["case_ids"])
     assert {case_id.split("/")[1] for case_id in quick["case_ids"] if "/" in case_id} >= set(DEFAULT_LAYOUTS)
-    # every mode but eager in the compile part, only eager in the others: the quick plan's compile slice, once
+    # the compile part runs the quick plan's compile slice and nothing else; the other parts run eager only
     from harness.run.settings import QUICK_COMPILE
 
     assert not any(case_id.endswith("/compile") for case_id in single["case_ids"] + quick["case_ids"])
@@ -102,8 +102,7 @@ def test_dry_run_predicts_the_gpu_and_fits_the_budget(planned):
     assert plan["estimate"]["total_s"] <= 480
     assert compiled["estimate"]["compile_s"] > 0 == quick["estimate"]["compile_s"]  # compiling is counted, once
     assert [item["step"] for item in plan["estimate"]["items"]] == ["setup", "backends", "capture", "single", "quick",
-                                                                     "compile",
-                                                                     "summary"]
+                                                                     "compile", "summary"]
 
 
 @pytest.mark.slow
