@@ -24,7 +24,8 @@ from harness.run.nodes import SETTLE_S, NodeView, SharedRun
 from harness.run.procs import POLL_S
 from harness.run.stacks import rank_stacks, stuck_where
 
-RANK_ERROR_GRACE_S = 5.0  # a rank's error, then no result: the other ranks are stuck in a collective
+# a rank's error, then no result from rank 0 and no CPU time used by any rank: the others are stuck in a collective
+RANK_ERROR_GRACE_S = 5.0
 STARTUP_TIMEOUT_S = 180.0  # imports, gloo/NCCL init and rendezvous
 JOIN_NAG_S = 30.0  # after this long without another node's ranks, the run says which node it waits for
 # A hang is a group that stops computing: no rank uses PROGRESS_CPU_S of CPU time in STALL_S. A slow or busy machine
@@ -112,6 +113,12 @@ class _Watch:
             self.progress = (total, now)
         return now - max(self.progress[1], self.started_at)
 
+    def blocked_for(self) -> float:
+        """How long the ranks have used no CPU time (`stalled_for`); where it cannot be read, as long as can be: a
+        rank that computes is not stuck behind another's error, however slow a loaded machine makes it."""
+        stalled = self.stalled_for()
+        return float("inf") if self.progress is None else stalled
+
     def _alive(self, rank: int) -> bool:
         if not self.nodes.get(rank):
             return procs.alive(self.pids[rank])
@@ -129,6 +136,13 @@ class _Watch:
         if self.view is None:
             return f"rank {rank}"
         return f"rank {rank} (node {self.nodes.get(rank, 0)}, {self.hosts.get(rank, '?')})"
+
+    def error_unanswered_for(self) -> float:
+        """Seconds since another rank's error of the case in flight with no result from rank 0, counted from the
+        later of the error and rank 0's start of the case: a rank ahead of rank 0 (which also judges) may raise in a
+        case rank 0 has not begun (found under load: rank 1 raised 5 s before rank 0 reached the case)."""
+        first = self.first_error(self.current) if self.current is not None else None
+        return 0.0 if first is None else time.monotonic() - max(first[1], self.started_at)
 
     def first_error(self, case_id: str) -> tuple[RankError, float] | None:
         """The first rank error of the case (by its rank's clock) and when the launcher saw it."""
@@ -232,6 +246,8 @@ class _Launch:
             time.sleep(POLL_S)
             problem = self._settled(problem)
             self._deliver(self.watch.poll())  # the last lines written before the problem
+            if problem is Problem.RANK_ERROR and self._problem(process) is not Problem.RANK_ERROR:
+                continue  # rank 0 reported the case after all: nothing is stuck
             if problem.stuck:
                 self.stacks = rank_stacks(self.folder, self.watch)
             self._blame(problem, process.poll())  # before the kill, which would make every rank look dead
@@ -287,8 +303,7 @@ class _Launch:
             return Problem.EXITED
         if watch.current is None:
             return Problem.STARTUP if not watch.pids and waited > STARTUP_TIMEOUT_S else None
-        first = watch.first_error(watch.current)
-        if first is not None and time.monotonic() - first[1] > RANK_ERROR_GRACE_S:
+        if watch.error_unanswered_for() > RANK_ERROR_GRACE_S and watch.blocked_for() > RANK_ERROR_GRACE_S:
             return Problem.RANK_ERROR
         if watch.stalled_for() > STALL_S:
             return Problem.HUNG

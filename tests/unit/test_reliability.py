@@ -343,3 +343,24 @@ def test_a_fail_keeps_how_far_the_layout_is_from_its_single_device_run():
     result = judge(Outcome(case, record), settings())
     assert result.status is Status.FAIL and "> tolerance" in result.reason
     assert result.figure("vs_baseline_max_abs") == 1.2e-7, result.figures
+
+
+def test_an_error_of_a_rank_ahead_of_rank_0_is_timed_from_when_rank_0_reaches_the_case(tmp_path, monkeypatch):
+    """Found under load: rank 1 raised in the next case while rank 0 still judged the last one; 5 s later rank 0
+    began that case, the launcher counted the grace from rank 1's error, stopped the group and blamed the case
+    after it. The grace counts from the later of the error and rank 0's start, on a clock of the test's own."""
+    from harness.core.events import RankError, Start
+    from harness.run import launch
+
+    clock = [1000.0]
+    monkeypatch.setattr(launch, "time", type("Clock", (), {"monotonic": staticmethod(lambda: clock[0])}))
+    watch = launch._Watch(tmp_path, 2)
+    watch._on(Start(0, 0.0, "a"))
+    watch._on(RankError(1, 0.0, "b", "ValueError: refused"))  # rank 1 is a case ahead of rank 0
+    assert watch.error_unanswered_for() == 0.0  # not the case in flight
+    clock[0] += 60
+    watch._on(Start(0, 0.0, "b"))  # a minute later rank 0 begins it
+    assert watch.error_unanswered_for() == 0.0
+    clock[0] += launch.RANK_ERROR_GRACE_S + 1  # and then gives no result
+    assert watch.error_unanswered_for() == launch.RANK_ERROR_GRACE_S + 1
+    assert watch.blocked_for() == float("inf")  # no rank's CPU time to read: the error alone decides
