@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness.core.errors import HarnessError, process_age_s
 from harness.rank.faults import FAULTS
+from harness.run.handover import RunStopped
 from harness.run.settings import OPTIONS, RUN_OPTIONS, load_settings, split_list
 
 IMPORTED = time.monotonic()  # where the wall starts where the process's own start cannot be read
@@ -93,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     previous = {signum: signal.signal(signum, _terminate) for signum in (signal.SIGTERM, signal.SIGHUP)}
     try:
         return COMMANDS[args.command](args)
+    except RunStopped as stopped:  # its one line is said; the reports of the finished cases are written
+        return stopped.exit_code
     except HarnessError as error:
         print(f"harness: error: {error}", file=sys.stderr)
         return error.exit_code
@@ -122,6 +125,7 @@ def cmd_capture(args) -> int:
 def cmd_run(args) -> int:
     from harness.run import runner
     from harness.run.launchers import launcher_from
+    from harness.run.lock import report_folder_lock
     from harness.run.nodes import WORKDIR, NodeAgent
 
     settings = _settings(args)
@@ -131,11 +135,12 @@ def cmd_run(args) -> int:
         return _hand_off(launcher, command, settings, _forwarded(args))
     if launcher.node_rank > 0:  # this node only runs ranks: node 0 plans, judges and reports
         return NodeAgent(settings.path("report_dir") / WORKDIR, launcher).run()
-    plan = runner.plan_from(settings, args.inject_fault)
-    # The wall a user waits counts from the process's start: the interpreter and the imports too.
-    started = process_age_s()
-    summary = runner.run(settings, plan, resume=args.resume,
-                         plan_s=started if started is not None else time.monotonic() - IMPORTED)
+    with report_folder_lock(settings.path("report_dir")):  # a second run into this folder is refused before it plans
+        plan = runner.plan_from(settings, args.inject_fault)
+        # The wall a user waits counts from the process's start: the interpreter and the imports too.
+        started = process_age_s()
+        summary = runner.run(settings, plan, resume=args.resume,
+                             plan_s=started if started is not None else time.monotonic() - IMPORTED)
     return summary.exit_code
 
 
@@ -174,11 +179,13 @@ def _hand_off(launcher, command: list[str], settings, forwarded: list[str]) -> i
 
 def cmd_merge(args) -> int:
     from harness.report import matrix
+    from harness.run.lock import report_folder_lock
     from harness.run.merge import merge_runs
 
     settings = _settings(args)
     out = settings.path("report_dir")
-    results, header = merge_runs([Path(folder) for folder in args.parts], out)
+    with report_folder_lock(out):
+        results, header = merge_runs([Path(folder) for folder in args.parts], out)
     print(matrix.terminal(results, page=str(out / "index.html")))
     print(f"merged {len(header.merged_from)} parts, {len(results)} cases: {matrix.counts_line(results)}; "
           f"wrote {out / 'results.json'}, {out / 'index.html'}, {out / 'matrix.csv'}, {out / 'matrix.md'}")

@@ -29,7 +29,15 @@ def pytest_configure(config):
         config.option.dist = "loadfile"
 
 
+PYTEST_REPORTS = "pytest"  # under the configured report folder: the parity items' own, unless told otherwise
+
+
 def settings_from(config):
+    """The run's settings for this session. The parity items write to `<report_dir>/pytest` unless
+    `--harness-report-dir` says where: a `harness run` in the same checkout, started beside `pytest`, then never
+    meets them (each folder holds one live run)."""
+    from dataclasses import replace
+
     from harness.run.settings import RUN_OPTIONS, load_settings
 
     overrides = {name: config.getoption(f"harness_{name}") for name in RUN_OPTIONS}
@@ -37,6 +45,8 @@ def settings_from(config):
     if settings.shard or settings.launcher != "local":  # one process judges, and pytest's items are the whole plan
         raise pytest.UsageError("--harness-shard and --harness-launcher are for `harness run` (then `harness merge`); "
                                 "under pytest select items with -k")
+    if overrides["report_dir"] is None:
+        settings = replace(settings, report_dir=str(settings.path("report_dir") / PYTEST_REPORTS))
     return settings
 
 
@@ -89,6 +99,7 @@ def parity_results(request):
     """Runs every selected parity case once, in as few torchrun launches as the plan allows."""
     from harness.core.errors import HarnessError
     from harness.run import runner
+    from harness.run.handover import RunStopped
 
     config = request.config
     capture = config.pluginmanager.getplugin("capturemanager")
@@ -96,18 +107,32 @@ def parity_results(request):
         settings = settings_from(config)
         with capture.global_and_fixture_disabled():
             summary = runner.run(settings, config.stash.get(SELECTED, []), capture_missing=False,
-                                 echo=lambda line: print(line, flush=True))
+                                 echo=lambda line: print(line, flush=True), command=["pytest", *config.args])
+    except RunStopped as stopped:  # the finished cases keep their verdicts; the others share one failure
+        return ParityResults({result.case_id: result for result in stopped.finished}, stopped=str(stopped),
+                             report_dir=settings.path("report_dir"))
     except HarnessError as error:
-        return error
-    results = ParityResults({result.case_id: result for result in summary.results})
-    results.xfail_strict = settings.xfail_strict
-    return results
+        return ParityResults(stopped=str(error))
+    return ParityResults({result.case_id: result for result in summary.results}, xfail_strict=settings.xfail_strict,
+                         report_dir=settings.path("report_dir"))
 
 
 class ParityResults(dict):
-    """The shared run's results by case id, and whether an XPASS fails its item (`xfail_strict`)."""
+    """The shared run's results by case id; whether an XPASS fails its item (`xfail_strict`); and, when the run could
+    not run or finish a case (`stopped`: why), which item said so, so the cause is one failure, not one per item."""
 
-    xfail_strict = False
+    def __init__(self, results=(), xfail_strict: bool = False, stopped: str = "", report_dir=None):
+        super().__init__(results)
+        self.xfail_strict, self.stopped, self.report_dir = xfail_strict, stopped, report_dir
+        self.said_by: str | None = None
+
+    def stop_for(self, case_id: str) -> None:
+        """The first item the run did not reach fails with the cause; every later one skips, naming that item."""
+        if self.said_by is None:
+            self.said_by = case_id
+            pytest.fail(self.stopped or f"{case_id}: the parity run has no result for this case", pytrace=False)
+        pytest.skip(f"not run: the parity run stopped before this case (the cause is test_parity[{self.said_by}]'s "
+                    "failure)")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -165,14 +190,13 @@ def check_reference(captured) -> None:
 def check_parity(planned, results) -> None:
     """The pytest outcome of one parity case: SKIP and XFAIL as pytest's own, FAIL/ERROR/TIMEOUT as a failure
     that says what broke and how to rerun the case alone, PASS as a pass."""
-    from harness.core.errors import HarnessError
     from harness.core.results import Status
 
     if planned.skip_reason:
         pytest.skip(planned.skip_reason)
-    if isinstance(results, HarnessError):
-        pytest.fail(str(results), pytrace=False)
-    result = results[planned.case.case_id]
+    result = results.get(planned.case.case_id)
+    if result is None:
+        results.stop_for(planned.case.case_id)
     if result.status is Status.SKIP:
         pytest.skip(result.reason)
     if result.status is Status.XFAIL:
@@ -183,7 +207,7 @@ def check_parity(planned, results) -> None:
         return  # reported as XPASS by pytest_runtest_makereport
     if result.status.is_bad:
         pytest.fail(f"{result.case_id}: {result.status.value}{_numbers(result)}: {result.reason}\n"
-                    f"details: reports/results.json; rerun alone: {rerun_command(result)}"
+                    f"details: {results.report_dir / 'results.json'}; rerun alone: {rerun_command(result)}"
                     + (f"; a standalone script: {result.extra['repro']}" if result.extra.get("repro") else ""),
                     pytrace=False)
     assert result.status is Status.PASS

@@ -24,6 +24,7 @@ class RunHeader:
     shard: dict[str, Any] | None = None  # `--shard K/N`: which part, and the plan it was cut from
     merged_from: list[dict[str, Any]] | None = None  # `harness merge`: the parts
     purpose: str = ""  # "selftest": the FAILs are the deliberate bugs the run must catch
+    incomplete: str | None = None  # why the run stopped before its end (its unfinished cases are ERROR, resumable)
 
     def to_dict(self) -> dict[str, Any]:
         return {key: value for key, value in asdict(self).items() if value is not None}

@@ -23,6 +23,7 @@ from harness.run.launchers import Capacity, Local, node_env
 from harness.run.nodes import SETTLE_S, NodeView, SharedRun
 from harness.run.procs import POLL_S
 from harness.run.stacks import rank_stacks, stuck_where
+from harness.run.tail import LineTail
 
 # a rank's error, then no result from rank 0 and no CPU time used by any rank: the others are stuck in a collective
 RANK_ERROR_GRACE_S = 5.0
@@ -42,7 +43,7 @@ class _Watch:
 
     workdir: Path
     world_size: int
-    offsets: dict[int, int] = field(default_factory=dict)
+    tails: dict[int, LineTail] = field(default_factory=dict)
     pids: dict[int, int] = field(default_factory=dict)
     current: str | None = None
     started_at: float = field(default_factory=time.monotonic)
@@ -60,16 +61,9 @@ class _Watch:
         """New result events from every rank; tracks pids, the case in flight and ranks' errors on the way."""
         results = []
         for rank in range(self.world_size):
-            path = self.workdir / f"rank{rank}.jsonl"
-            if not path.exists():
-                continue
-            with open(path, "rb") as handle:
-                handle.seek(self.offsets.get(rank, 0))
-                chunk = handle.read()
-            complete = chunk[: chunk.rfind(b"\n") + 1]
-            self.offsets[rank] = self.offsets.get(rank, 0) + len(complete)
-            for line in complete.decode().splitlines():
-                results.extend(self._on(events.from_dict(json.loads(line))))
+            tail = self.tails.setdefault(rank, LineTail(self.workdir / f"rank{rank}.jsonl"))
+            for line in tail.lines():
+                results.extend(self._on(_event(line, tail.path)))
         return results
 
     def _on(self, event: events.Event) -> list[Result]:
@@ -371,6 +365,14 @@ class _Launch:
             return f"node {node} ({view.host(node)}): its torchrun agent died ({how}) during the case{on_it}", node
         return (f"node {node} ({view.host(node)}) stopped reporting for {view.quiet[node]:.0f}s during the case (its "
                 f"harness agent or the node itself is gone){on_it}", node)
+
+
+def _event(line: str, path: Path) -> events.Event:
+    """A whole line of a rank's event file, typed; anything else is a bug of the harness, said with its file."""
+    try:
+        return events.from_dict(json.loads(line))
+    except (ValueError, KeyError, TypeError) as error:
+        raise RuntimeError(f"{path}: not an event line ({error}): {line[:200]!r}") from None
 
 
 def _tail(path: Path, lines: int = 6) -> str:

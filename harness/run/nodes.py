@@ -30,6 +30,7 @@ from harness.core.events import EventType
 from harness.run import procs
 from harness.run.launchers import node_env
 from harness.run.procs import POLL_S
+from harness.run.tail import LineTail
 
 WORKDIR = "work"  # under --report-dir: the launches' files, shared by every node
 STATUS_S = 0.5  # how often a node's agent writes its status
@@ -253,7 +254,7 @@ class NodeAgent:
 
     def _next_launch(self) -> Path | None:
         requests = []
-        for path in self.workdir.glob("*/launch.json"):
+        for path in _launch_files(self.workdir):
             found = _read(path)
             request = LaunchRequest(**found) if found else None
             if (request and request.run_id == self.run_id and request.nodes > self.node
@@ -284,6 +285,7 @@ class _Reporter:
         self.folder, self.node, self.world_size, self.process = folder, node, request.world_size, process
         self.local_ranks = request.world_size // request.nodes
         self.pids: dict[int, int] = {}
+        self.tails: dict[int, LineTail] = {}
         self.agent_exit: int | None = None
         self.agent_first = False
         self.stacks_seen = None
@@ -314,14 +316,14 @@ class _Reporter:
         procs.kill_ranks(self.pids.values(), self.folder)
 
     def _find_ranks(self) -> None:
-        """This node's ranks, from their hello events (rank, pid, node) in the shared launch folder."""
+        """This node's ranks, from their hello events (rank, pid, node) in the shared launch folder, read as streams."""
         if len(self.pids) >= self.local_ranks:
             return
         for rank in range(self.world_size):
-            path = self.folder / f"rank{rank}.jsonl"
-            if rank in self.pids or not path.exists():
+            if rank in self.pids:
                 continue
-            for line in path.read_text(errors="replace").splitlines():
+            tail = self.tails.setdefault(rank, LineTail(self.folder / f"rank{rank}.jsonl"))
+            for line in tail.lines():
                 data = _json(line)
                 if data and data.get("event") == EventType.HELLO:
                     hello = events.from_dict(data)
@@ -333,6 +335,15 @@ class _Reporter:
         ranks = {str(rank): RankSeen(procs.alive(pid), procs.cpu_seconds(pid), pid) for rank, pid in self.pids.items()}
         status = NodeStatus(self.beat, socket.gethostname(), os.getpid(), ranks, self.agent_exit, self.agent_first)
         _write(self.folder / f"node{self.node}.json", asdict(status))
+
+
+def _launch_files(workdir: Path) -> list[Path]:
+    """Every launch folder's request; a folder removed while it is listed is left out."""
+    try:
+        folders = list(workdir.iterdir())
+    except OSError:
+        return []
+    return [folder / "launch.json" for folder in folders if (folder / "launch.json").exists()]
 
 
 def _json(line: str):

@@ -1,7 +1,8 @@
 """What this host can see and do to its own processes: alive, CPU time used, stack dumps, and killing a torchrun tree.
 
 Read from /proc, so only for processes on this node; another node's ranks are seen through its agent's status file
-(harness.run.nodes).
+(harness.run.nodes). Any process may vanish at any moment (Inductor's compile workers and the C++ compiler come and
+go all the time under a compiling rank): every look here takes a vanished pid as gone, never as an error.
 """
 
 from __future__ import annotations
@@ -50,16 +51,28 @@ def _stat_seconds(pid: int) -> float | None:
 
 
 def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` that is there now; one that exits mid-walk is left out."""
     found, todo = [], [pid]
     while todo:
-        for task in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
-            try:
-                children = [int(child) for child in task.read_text().split()]
-            except (OSError, ValueError):
-                continue
-            found += children
-            todo += children
+        children = _children(todo.pop())
+        found += children
+        todo += children
     return found
+
+
+def _children(pid: int) -> list[int]:
+    """The children of each thread of `pid` (Linux's /proc/PID/task/TID/children); none for a vanished pid."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    children = []
+    for thread in threads:
+        try:
+            children += [int(child) for child in Path(f"/proc/{pid}/task/{thread}/children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return children
 
 
 def ask_stacks(pids) -> None:
@@ -80,7 +93,7 @@ def kill_tree(process: subprocess.Popen) -> None:
         try:
             os.killpg(process.pid, sig)
             process.wait(timeout=5)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):  # gone (a reused pgid is not ours to signal)
             break
         except subprocess.TimeoutExpired:
             continue

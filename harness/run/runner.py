@@ -7,7 +7,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.core import axes, environment
@@ -20,18 +20,18 @@ from harness.core.results import CaseResult, Status, write_results
 from harness.report import matrix
 from harness.report.images import prune_images
 from harness.report.write import write_reports
-from harness.run import shards, timing
+from harness.run import handover, partial, shards, timing
 from harness.run.capture import ensure_references
 from harness.run.known_issues import load_known_issues
 from harness.run.launch import GroupStats, Nodes, group_by_world_size, run_group
-from harness.run.launchers import OWN_OPTIONS, launcher_from
+from harness.run.launchers import launcher_from
+from harness.run.lock import report_folder_lock
 from harness.run.nodes import WORKDIR, SharedRun
+from harness.run.partial import PARTIAL
 from harness.run.plan import PlannedCase, build_plan, max_ranks, uncovered_rows
 from harness.run.settings import Settings
 from harness.run.twins import name_eager_twins
 from harness.run.verdict import apply_expected_refusal, apply_known_issues, judge, not_run, note_repro
-
-PARTIAL = "results.partial.jsonl"
 
 
 @dataclass
@@ -59,74 +59,142 @@ def _capacity(settings: Settings):
 
 def run(settings: Settings, plan: list[PlannedCase], resume: bool = False,
         echo: Callable[[str], None] = print, capture_missing: bool = True, plan_s: float = 0.0,
-        localize_failures: bool = True, purpose: str = "") -> RunSummary:
+        localize_failures: bool = True, purpose: str = "", command: list[str] | None = None) -> RunSummary:
     """Run the plan; `plan_s` is how long making it took (counted in the wall time, as a user waits for it).
     `localize_failures`: localize every FAIL (the selftest's deliberate FAILs need not be; `--localize` still does
-    every case). `purpose` says what the run is for in its header ("selftest": its FAILs are deliberate)."""
-    started, clock = datetime.datetime.now().isoformat(timespec="seconds"), time.monotonic() - plan_s
+    every case). `purpose` says what the run is for in its header ("selftest": its FAILs are deliberate). The report
+    folder is this run's alone while it lasts (`command` is how the lock names it to a second run)."""
+    clock = time.monotonic() - plan_s
     shard = shards.select(plan, settings.shard) if settings.shard else None
-    plan = shard.plan if shard else plan
-    report_dir = settings.path("report_dir")
-    runnable = [p.case for p in plan if p.runs]
-    metas = ensure_references(runnable, settings.path("references"), echo, capture_missing, settings)
-    report_dir.mkdir(parents=True, exist_ok=True)  # only once the references are sound: no empty folder on an error
-    issues = load_known_issues(settings.path("known_issues"))
-    versions = _versions(metas)
-    if versions["version_mismatch"]:  # said before the cases run too: every verdict below is against it
-        echo(f"note: {versions['version_mismatch']}")
-    fingerprint = _fingerprint(settings, versions, metas)
-    done = _resume(report_dir, resume, echo, fingerprint)
-    if not done:
-        _clear_previous(report_dir, echo)
-    todo = [case for case in runnable if case.case_id not in done]
-    echo(f"plan: {len(plan)} cases, {len(runnable)} to run, {len(plan) - len(runnable)} skipped at plan time"
-         + (f", {len(runnable) - len(todo)} kept from the interrupted run" if resume else ""))
-    compiled = [mode for mode in settings.modes if mode != EAGER]
-    if compiled and "all" not in compiled and settings.compile_cases != ["*"]:
-        echo(f"{', '.join(compiled)}: the plan's compile slice only, {sum(p.case.mode != EAGER for p in plan)} "
-             f"case(s) (--compile-cases '*' compiles every case of the plan; --modes all runs every mode)")
-    refusals = {p.case.case_id: p.expected_refusal for p in plan if p.expected_refusal is not None}
-    kept = len(done)
-    try:
-        stats = _launch_all(todo, settings, report_dir, issues, refusals, done, echo)
-    except KeyboardInterrupt:
-        echo(f"interrupted: {len(done) - kept} case(s) finished in this run" + (f", {kept} kept from before" if kept
-                                                                                else "")
-             + f"; {len(done)} of {len(runnable)} are in {report_dir / PARTIAL}"
-             + (" (rerun with --resume to run the rest)" if done else " (nothing to resume)"))
-        raise
-    localizing = time.monotonic()
-    _localize_all([case for case in todo if _to_localize(done[case.case_id], settings.localize, localize_failures)],
-                  settings, report_dir, done, echo)
-    localize_s = time.monotonic() - localizing
-    results = [done.get(p.case.case_id) or not_run(p) for p in plan]
-    name_eager_twins(results)
-    header = _header(settings, versions, results, started, time.monotonic() - clock, stats.launches)
-    header.shard = shard.header if shard is not None else None
-    header.time_breakdown = timing.time_breakdown(results, stats.startup_s, header.wall_s, localize_s, plan_s)
-    header.known_issues_unmatched = _unmatched(issues, results)
-    header.purpose = purpose
-    if settings.plan == "full" and header.known_issues_unmatched:  # the full plan is what the entries are for
-        echo(f"note: {len(header.known_issues_unmatched)} known-issue entries matched no case of the full plan "
-             f"(remove or fix them): {'; '.join(header.known_issues_unmatched)}")
-    writing = time.monotonic()
-    write_reports(report_dir, results, header.to_dict())
-    header.time_breakdown["reports"] = round(time.monotonic() - writing, 2)  # known once they are written
-    write_results(report_dir / "results.json", results, header.to_dict())
-    (report_dir / PARTIAL).unlink(missing_ok=True)
-    if header.version_mismatch:
-        echo(f"note: {header.version_mismatch}")
-    echo(matrix.terminal(results, page=str(report_dir / "index.html")))
-    echo(f"reports: {report_dir / 'index.html'}, {report_dir / 'matrix.csv'}, {report_dir / 'matrix.md'}")
-    echo(timing.time_line(header.time_breakdown))
-    failed = any(r.status.is_failure(settings.xfail_strict) for r in results)
-    unchecked = _no_parallel_ran(plan, results) and not settings.allow_no_parallel
-    _tidy_work(report_dir / WORKDIR, settings, failed, echo)
-    if unchecked:
-        echo("WARNING: no case with more than one rank ran: every parallel layout of the plan was SKIP (see the "
-             "reasons above), so this run checked no parallel parity at all. Exit 1; pass --allow-no-parallel if "
-             "that is what you meant.")
-    return RunSummary(results, header, 1 if failed or unchecked else 0)
+    run = _Run(settings, shard.plan if shard else plan, shard, echo, purpose, plan_s, clock)
+    with report_folder_lock(run.report_dir, command):  # a folder left empty by a refused run goes again
+        return run.start(resume, capture_missing, localize_failures)
+
+
+@dataclass
+class _Run:
+    """One run's state between its phases, so that a run that stops at an internal error can hand over."""
+
+    settings: Settings
+    plan: list[PlannedCase]
+    shard: shards.Shard | None
+    echo: Callable[[str], None]
+    purpose: str
+    plan_s: float
+    clock: float
+    started: str = field(default_factory=lambda: datetime.datetime.now().isoformat(timespec="seconds"))
+    done: dict[str, CaseResult] = field(default_factory=dict)  # finished cases, kept ones included
+    issues: list = field(default_factory=list)  # known_issues.toml's entries
+    versions: dict = field(default_factory=dict)  # this run's environment and the references' (`_versions`)
+
+    @property
+    def report_dir(self) -> Path:
+        return self.settings.path("report_dir")
+
+    def start(self, resume: bool, capture_missing: bool, localize_failures: bool) -> RunSummary:
+        settings, plan, echo, report_dir = self.settings, self.plan, self.echo, self.report_dir
+        runnable = [p.case for p in plan if p.runs]
+        metas = ensure_references(runnable, settings.path("references"), echo, capture_missing, settings)
+        self.issues = load_known_issues(settings.path("known_issues"))
+        self.versions = versions = _versions(metas)
+        if versions["version_mismatch"]:  # said before the cases run too: every verdict below is against it
+            echo(f"note: {versions['version_mismatch']}")
+        self.done = done = partial.resume(report_dir, resume, echo, partial.fingerprint(settings, versions, metas))
+        if not done:
+            _clear_previous(report_dir, echo)
+        todo = [case for case in runnable if case.case_id not in done]
+        echo(f"plan: {len(plan)} cases, {len(runnable)} to run, {len(plan) - len(runnable)} skipped at plan time"
+             + (f", {len(runnable) - len(todo)} kept from the interrupted run" if resume else ""))
+        compiled = [mode for mode in settings.modes if mode != EAGER]
+        if compiled and "all" not in compiled and settings.compile_cases != ["*"]:
+            echo(f"{', '.join(compiled)}: the plan's compile slice only, {sum(p.case.mode != EAGER for p in plan)} "
+                 f"case(s) (--compile-cases '*' compiles every case of the plan; --modes all runs every mode)")
+        refusals = {p.case.case_id: p.expected_refusal for p in plan if p.expected_refusal is not None}
+        kept = len(done)
+        try:
+            stats = _launch_all(todo, settings, report_dir, self.issues, refusals, done, echo)
+            localizing = time.monotonic()
+            _localize_all([case for case in todo
+                           if _to_localize(done[case.case_id], settings.localize, localize_failures)],
+                          settings, report_dir, done, echo)
+            return self.finish(stats, time.monotonic() - localizing)
+        except KeyboardInterrupt:
+            before = f", {kept} kept from before" if kept else ""
+            echo(f"interrupted: {len(done) - kept} case(s) finished in this run{before}; {len(done)} of "
+                 f"{len(runnable)} are in {report_dir / PARTIAL}"
+                 + (" (rerun with --resume to run the rest)" if done else " (nothing to resume)"))
+            raise
+        except HarnessError:
+            raise
+        except Exception as error:  # noqa: BLE001 - a bug of the harness itself: hand over what is done
+            raise self.hand_over(error) from error
+
+    def results(self, cause: str | None = None) -> list[CaseResult]:
+        """Every planned case: judged, decided at plan time, or (a stopped run) not finished, saying why."""
+        results = []
+        for planned in self.plan:
+            result = self.done.get(planned.case.case_id)
+            if result is None:
+                result = not_run(planned) if not planned.runs or cause is None else \
+                    handover.unfinished(not_run(planned), cause)
+            results.append(result)
+        name_eager_twins(results)
+        return results
+
+    def header(self, results: list[CaseResult], stats: GroupStats, localize_s: float) -> RunHeader:
+        settings = self.settings
+        header = _header(settings, self.versions, results, self.started, time.monotonic() - self.clock,
+                         stats.launches)
+        header.shard = self.shard.header if self.shard is not None else None
+        header.time_breakdown = timing.time_breakdown(results, stats.startup_s, header.wall_s, localize_s,
+                                                      self.plan_s)
+        header.known_issues_unmatched = _unmatched(self.issues, results)
+        header.purpose = self.purpose
+        return header
+
+    def finish(self, stats: GroupStats, localize_s: float) -> RunSummary:
+        settings, echo, report_dir = self.settings, self.echo, self.report_dir
+        results = self.results()
+        header = self.header(results, stats, localize_s)
+        if settings.plan == "full" and header.known_issues_unmatched:  # the full plan is what the entries are for
+            echo(f"note: {len(header.known_issues_unmatched)} known-issue entries matched no case of the full plan "
+                 f"(remove or fix them): {'; '.join(header.known_issues_unmatched)}")
+        writing = time.monotonic()
+        write_reports(report_dir, results, header.to_dict())
+        header.time_breakdown["reports"] = round(time.monotonic() - writing, 2)  # known once they are written
+        write_results(report_dir / "results.json", results, header.to_dict())
+        (report_dir / PARTIAL).unlink(missing_ok=True)
+        if header.version_mismatch:
+            echo(f"note: {header.version_mismatch}")
+        echo(matrix.terminal(results, page=str(report_dir / "index.html")))
+        echo(f"reports: {report_dir / 'index.html'}, {report_dir / 'matrix.csv'}, {report_dir / 'matrix.md'}")
+        echo(timing.time_line(header.time_breakdown))
+        failed = any(r.status.is_failure(settings.xfail_strict) for r in results)
+        unchecked = _no_parallel_ran(self.plan, results) and not settings.allow_no_parallel
+        _tidy_work(report_dir / WORKDIR, settings, failed, echo)
+        if unchecked:
+            echo("WARNING: no case with more than one rank ran: every parallel layout of the plan was SKIP (see the "
+                 "reasons above), so this run checked no parallel parity at all. Exit 1; pass --allow-no-parallel if "
+                 "that is what you meant.")
+        return RunSummary(results, header, 1 if failed or unchecked else 0)
+
+    def hand_over(self, error: Exception) -> handover.RunStopped:
+        """The run's own process failed: write the finished cases' reports, marked incomplete, keep the traceback
+        and the partial file (so `--resume` goes on), say so in one line."""
+        cause, report_dir = handover.describe(error), self.report_dir
+        kept_at = handover.keep_traceback(error, report_dir / WORKDIR)
+        results = self.results(cause)
+        wrote = f"reports of the finished cases in {report_dir}, marked incomplete"
+        try:
+            header = self.header(results, GroupStats(), 0.0)
+            header.incomplete = f"the harness stopped at an internal error: {cause}"
+            write_reports(report_dir, results, header.to_dict())
+        except Exception as failure:  # noqa: BLE001 - the reports' own bug: say so, keep what can be kept
+            wrote = f"the reports could not be written either ({handover.describe(failure)})"
+        left = {p.case.case_id for p in self.plan if p.runs and p.case.case_id not in self.done}
+        line = handover.stopped_line(cause, kept_at, len(self.done), len(left), report_dir / PARTIAL, wrote)
+        self.echo(line)
+        return handover.RunStopped(line, results, left)
 
 
 def _tidy_work(workdir: Path, settings: Settings, failed: bool, echo) -> None:
@@ -254,54 +322,6 @@ def _clear_previous(report_dir: Path, echo) -> None:
     if (report_dir / "results.json").exists():
         echo(f"note: replacing the previous run's reports in {report_dir} (--report-dir DIR keeps them)")
     shutil.rmtree(report_dir / "images", ignore_errors=True)
-
-
-def _fingerprint(settings: Settings, versions: dict, metas: dict) -> str:
-    """What a kept verdict depends on: the options (where the reports go and how long a case may take aside), the
-    versions of this run and the references' checksums."""
-    import hashlib
-
-    # where and how it ran, not what it checks
-    where = ("report_dir", "case_timeout", "keep_work", *OWN_OPTIONS, "gpus_per_node", "compile_cache")
-    options = {key: value for key, value in settings.values.items() if key not in where}
-    checksums = {"/".join(key): meta.get("checksum") for key, meta in sorted(metas.items())}
-    payload = json.dumps([options, versions["environment"], checksums], sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
-def _resume(report_dir: Path, resume: bool, echo=print, fingerprint: str = "") -> dict[str, CaseResult]:
-    """Finished cases of an interrupted run, when asked to resume and made under the same options, versions and
-    references; otherwise start clean. The partial file's first line is that run's fingerprint."""
-    path = report_dir / PARTIAL
-    if not resume:
-        path.unlink(missing_ok=True)
-        path.write_text(json.dumps({"fingerprint": fingerprint}) + "\n")
-        return {}
-    if not path.exists():
-        echo(f"note: nothing to resume in {report_dir} (no {PARTIAL}): running the whole plan")
-        path.write_text(json.dumps({"fingerprint": fingerprint}) + "\n")
-        return {}
-    lines = path.read_text(errors="replace").splitlines()
-    first = _json(lines[0]) if lines else None
-    if not isinstance(first, dict) or first.get("fingerprint") != fingerprint:
-        raise HarnessError(f"cannot --resume the run in {report_dir}: its options, diffusers/torch versions or "
-                           "references differ from this run's (its verdicts would not be this run's); rerun without "
-                           "--resume")
-    kept = {}
-    for line in lines[1:]:
-        try:
-            result = CaseResult.from_dict(json.loads(line))
-        except (ValueError, TypeError):  # blank, or torn by a run killed mid-write: that case reruns
-            continue
-        kept[result.case_id] = result
-    return kept
-
-
-def _json(line: str):
-    try:
-        return json.loads(line)
-    except ValueError:
-        return None
 
 
 def _versions(metas) -> dict:

@@ -10,25 +10,32 @@ from pathlib import Path
 
 from harness.run import procs
 from harness.run.procs import POLL_S
+from harness.run.tail import LineTail
 
 STACKS_WAIT_S = 10.0  # how long the ranks get to write their stacks (they do it from a signal handler, at once)
 
 
 def rank_stacks(folder: Path, watch) -> dict[int, str]:
     """Every rank's Python stacks, written by faulthandler on SIGUSR1 (harness.engine.worker registers it), read back
-    before the group is killed: where a hung rank is stuck. Another node's agent signals its own ranks."""
-    paths = {rank: folder / f"rank{rank}.stacks" for rank in watch.pids}
-    sizes = {rank: path.stat().st_size if path.exists() else 0 for rank, path in paths.items()}
+    before the group is killed: where a hung rank is stuck. Another node's agent signals its own ranks. Only what
+    the ranks write after the request counts, in whole lines."""
+    tails = {rank: LineTail(path, LineTail.size(path))
+             for rank, path in ((rank, folder / f"rank{rank}.stacks") for rank in watch.pids)}
     procs.ask_stacks(pid for rank, pid in watch.pids.items() if not watch.nodes.get(rank))
     if watch.view is not None:
         watch.view.ask_stacks()
+    written: dict[int, list[str]] = {rank: [] for rank in tails}
     deadline = time.monotonic() + STACKS_WAIT_S
-    while time.monotonic() < deadline and not all(
-            path.exists() and path.stat().st_size > sizes[rank] for rank, path in paths.items()):
+    while True:
+        for rank, tail in tails.items():
+            written[rank] += tail.lines()
+        if all(written.values()) or time.monotonic() > deadline:
+            break
         time.sleep(POLL_S)
     time.sleep(POLL_S)  # the last lines of a dump in progress
-    return {rank: path.read_text(errors="replace")[sizes[rank]:] for rank, path in paths.items() if path.exists()
-            and path.stat().st_size > sizes[rank]}
+    for rank, tail in tails.items():
+        written[rank] += tail.lines()
+    return {rank: "\n".join(lines) + "\n" for rank, lines in written.items() if lines}
 
 
 def stuck_where(stacks: dict[int, str], name: Callable[[int], str] = "rank {}".format) -> str:

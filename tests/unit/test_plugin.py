@@ -48,7 +48,7 @@ def test_reference_lifecycle(user_project):
     compared = user_project.runpytest_subprocess("-q", "-rs")
     compared.assert_outcomes(passed=1, skipped=1, deselected=1)
     compared.stdout.fnmatch_lines(["*needs 4 ranks*"])
-    assert (user_project.path / "reports/results.json").exists()
+    assert (user_project.path / "reports/pytest/results.json").exists()  # pytest's own folder, beside `harness run`
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ import pytest
 from harness.core.figures import limit, value
 from harness.core.layouts import parse_layout
 from harness.core.results import CaseResult, Status
-from harness.run import runner
+from harness.run import partial, runner
 from harness.run.plan import Case, PlannedCase
 from tests.processes import kill_leftovers, workers_naming
 
@@ -208,7 +208,7 @@ def test_resume_reruns_a_case_whose_line_a_killed_run_tore(tmp_path):
     torn = json.dumps({**kept.to_dict(), "case_id": "flux/ulysses2/native/fp32/tensor"})[:40]
     header = json.dumps({"fingerprint": "abc"})
     (tmp_path / runner.PARTIAL).write_text(header + "\n" + json.dumps(kept.to_dict()) + "\n\n" + torn)
-    done = runner._resume(tmp_path, resume=True, fingerprint="abc")
+    done = partial.resume(tmp_path, asked=True, fingerprint="abc")
     assert list(done) == [kept.case_id]
     assert done[kept.case_id].status is Status.PASS and done[kept.case_id].seconds == 1.5
 
@@ -220,7 +220,7 @@ def test_resume_refuses_a_run_made_under_other_options_versions_or_references(tm
     (tmp_path / runner.PARTIAL).write_text(json.dumps({"fingerprint": "from-another-run"}) + "\n")
     with pytest.raises(HarnessError, match="cannot --resume the run in .*: its options, diffusers/torch versions or "
                                            "references differ"):
-        runner._resume(tmp_path, resume=True, fingerprint="this-run")
+        partial.resume(tmp_path, asked=True, fingerprint="this-run")
 
 
 # ------------------------------------------------------------------------------------------ concurrent capture
@@ -268,7 +268,7 @@ def test_xdist_runs_the_same_matrix_once_on_one_worker(pytester, zoo_references)
                                     "def test_reference(captured_reference):\n    check_reference(captured_reference)\n"
                                     "\n\ndef test_parity(parity_case, parity_results):\n"
                                     "    check_parity(parity_case, parity_results)\n")
-    reports = pytester.path / "reports"
+    reports = pytester.path / "reports" / "pytest"  # the parity items' own folder (a `harness run` uses reports/)
 
     serial = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider")
     serial.assert_outcomes(passed=2, deselected=1)  # test_reference: only with --ref
@@ -283,7 +283,7 @@ def test_xdist_runs_the_same_matrix_once_on_one_worker(pytester, zoo_references)
                              parallel.stdout.str()))
     assert len(workers) == 1, parallel.stdout.str()  # one worker ran the matrix: nobody else wrote its files
     assert [p.relative_to(pytester.path) for p in pytester.path.rglob("results*.json*")] == \
-        [Path("reports/results.json")]
+        [Path("reports/pytest/results.json")]
 
 
 # ------------------------------------------------------------------------ cross-version: a change to diffusers

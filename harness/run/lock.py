@@ -1,0 +1,110 @@
+"""One live run per report folder.
+
+Two runs in one folder read each other's rank events and pids, interleave their files and remove each other's work
+folder (found when the README's two commands were started side by side in one checkout). A run holds an exclusive
+`flock` on `<report_dir>/run.lock` for as long as it lives; the kernel lets go when the process ends, however it
+ends, so a killed run never leaves a stale lock. The file also says who holds it, for the refusal's one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shlex
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from harness.core.errors import HarnessError
+
+LOCK_FILE = "run.lock"
+_HELD: set[Path] = set()  # the folders this process holds
+
+
+class FolderBusy(HarnessError):
+    """Another live run holds the report folder."""
+
+
+@contextlib.contextmanager
+def report_folder_lock(folder: Path, command: list[str] | None = None) -> Iterator[Path]:
+    """Hold `folder` (created if missing) for this run; refuse at once, naming the holder, when another run has it.
+    A folder made here and left empty by a run that failed is removed again. Re-entrant within one process (the CLI
+    takes the folder before it plans, the runner again when it runs)."""
+    folder = Path(folder).resolve()
+    if folder in _HELD:
+        yield folder / LOCK_FILE
+        return
+    made = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_FILE
+    handle = _locked(folder, path)
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(),
+                                 "command": shlex.join(command if command is not None else _command())}))
+        handle.flush()
+        _HELD.add(folder)
+        yield path
+    except BaseException:
+        if made:
+            _remove_if_empty(folder, path)  # still held: a run that opened the file meanwhile retries (`_locked`)
+        raise
+    finally:
+        _HELD.discard(folder)
+        handle.close()  # releases the lock
+
+
+def _remove_if_empty(folder: Path, lock: Path) -> None:
+    try:
+        if [entry.name for entry in folder.iterdir()] == [lock.name]:
+            lock.unlink()
+            folder.rmdir()
+    except OSError:
+        pass
+
+
+def _locked(folder: Path, path: Path):
+    """The lock file, opened and held; again if the file we locked was removed meanwhile (a refused run tidying a
+    folder it made): a lock on a file no longer at `path` holds nothing."""
+    while True:
+        handle = open(path, "a+")  # not truncated before the lock is ours: the holder's words stay readable
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise FolderBusy(_busy(folder, path)) from None
+        try:
+            if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
+                return handle
+        except FileNotFoundError:
+            folder.mkdir(parents=True, exist_ok=True)
+        handle.close()
+
+
+def holder(folder: Path) -> dict | None:
+    """Who holds (or last held) `folder`'s lock, as it wrote itself down; None when unreadable."""
+    try:
+        return json.loads((Path(folder) / LOCK_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _busy(folder: Path, path: Path) -> str:
+    who = holder(folder) or {}
+    since = time.strftime("%H:%M:%S", time.localtime(who["since"])) if "since" in who else "?"
+    return (f"{folder} is in use by another harness run (pid {who.get('pid', '?')} on {who.get('host', '?')}, "
+            f"since {since}: {who.get('command', '?')}); wait for it to end, or give this run another folder with "
+            f"--report-dir DIR ({path} is its lock)")
+
+
+def _command() -> list[str]:
+    """How this process was started, as a person would type it (`harness run ...`, not the interpreter's path)."""
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name in ("harness", "__main__.py"):
+        argv[0] = "harness"
+    return argv
