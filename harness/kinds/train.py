@@ -199,9 +199,7 @@ class TrainKind(Kind):
             elif name == "microbatch":
                 state["microbatches"] = batch.size
             elif name == "math_kernel":
-                from torch.nn.attention import SDPBackend, sdpa_kernel
-
-                state["kernel"] = lambda: sdpa_kernel(SDPBackend.MATH)
+                state["kernel"] = noise.math_kernel
             else:
                 raise ValueError(f"unknown noise draw {draw!r}; known: {', '.join(noise.DRAWS)}")
 
