@@ -30,7 +30,7 @@ class Case:
     kind: str = "tensor"
     shape: str = "default"
     mode: str = "eager"  # eager or compiled (harness.core.modes)
-    fault: str | None = None  # a deliberate bug for negative controls (harness.rank.faults)
+    fault: str | None = None  # a deliberate bug for negative controls (harness.faults)
     weights_dir: str | None = None  # a local checkpoint folder (`--weights`); the shape then names the folder
     localize: bool = False  # run to find where it breaks (harness.rank.localize), not to judge it again
 
