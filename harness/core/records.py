@@ -66,8 +66,7 @@ def case_id(model: str, shape: str, layout: str, backend: str, dtype: str, kind:
 
 def without_fault(case_id: str) -> str:
     """The id of the case a negative control injected its fault into (the id itself when there is none)."""
-    head, _, last = case_id.rpartition("/")
-    return f"{head}/{last.partition(axes.FAULT)[0]}"
+    return axes.spell(axes.parse(case_id))
 
 
 @dataclass

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from harness import faults
+from harness.core import axes
 from harness.core.layouts import parse_layout
 from harness.core.records import Case, case_id
 from harness.core.results import Status
@@ -216,7 +217,7 @@ def localize_selftest(settings: Settings, echo: Callable[[str], None] = print) -
         found = broken.named(line)
         named += found
         echo(f"  {'named ' if found else 'MISSED'}  {broken.case.case_id:78s} {line}")
-    clean = [r for r in summary.results if r.case_id in seen and "+" not in r.case_id]
+    clean = [r for r in summary.results if r.case_id in seen and axes.parse(r.case_id)["fault"] is None]
     noisy = [r for r in clean if r.first_divergence and not r.first_divergence.startswith("none")]
     for result in noisy:
         echo(f"  NOISY   {result.case_id}: a clean case localized to {result.first_divergence}")

@@ -1,6 +1,6 @@
-"""Two "nodes" on loopback (issue 16): two torchrun agents joined by a c10d rendezvous on 127.0.0.1, two ranks each.
-Node 0 plans and judges in this process; node 1 is `harness run --node-rank 1` in a subprocess that shares the
-report folder, as two hosts share a filesystem.
+"""A run over several nodes, two "nodes" on loopback: two torchrun agents joined by a c10d rendezvous on 127.0.0.1,
+two ranks each. Node 0 plans and judges in this process; node 1 is `harness run --node-rank 1` in a subprocess that
+shares the report folder, as two hosts share a filesystem.
 
 One run holds the clean cases and both faults, so the relaunches are paid once; about 90 s on 2 busy cores.
 """

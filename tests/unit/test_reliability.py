@@ -1,5 +1,5 @@
-"""Reliability with real processes (issue 7): hangs, crashes, signals, resume, concurrent capture, xdist, and
-references from another diffusers version.
+"""Reliability with real processes, where a case that hangs or dies must cost only itself: hangs, crashes, signals,
+resume, concurrent capture, xdist, and references from another diffusers version.
 
 Each fault costs one relaunch, so the fault cases share one run; each launch-heavy test is one test function, so
 `pytest -n 2` never runs a launch twice. About 110 s alone, 85 s with `-n 2` on 2 cores.
