@@ -18,6 +18,7 @@ import re
 import shlex
 from pathlib import Path
 
+from harness.core import axes
 from harness.core.errors import HarnessError
 from harness.core.reference import read_meta, reference_path
 from harness.kinds import repro_template
@@ -39,7 +40,7 @@ def write_repro(case_id: str, out: Path | None = None, overrides: dict | None = 
     settings = load_settings({**(overrides or {}), "models": case.model})
     path = reference_path(settings.path("references"), case.model, case.shape, case.kind).resolve()
     meta = read_meta(path)  # exists and is a harness reference, or a clear error naming the fix
-    out = Path(out or f"repro-{case_id.replace('/', '-').replace('@', '-')}.py").resolve()
+    out = Path(out or f"repro-{axes.file_stem(case_id)}.py").resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(script_text(case, template, _case_data(case, settings, path, meta), out), encoding="utf-8")
     out.chmod(0o755)

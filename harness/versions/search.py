@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.core import axes
 from harness.core.errors import HarnessError
 from harness.versions.cases import as_flags, plan_options
 from harness.versions.envs import env_for
@@ -101,9 +102,8 @@ def _repro(case_id: str, step: Step, search: Search) -> str:
     """The command that runs the case's standalone script with that revision's diffusers (or why there is none)."""
     from harness.versions.repro import run_command, write_repro
 
-    name = case_id.replace("/", "-").replace("@", "-")
     try:
-        out, _ = write_repro(case_id, search.report_dir / "repro" / f"{name}.py", search.overrides)
+        out, _ = write_repro(case_id, search.report_dir / "repro" / f"{axes.file_stem(case_id)}.py", search.overrides)
     except HarnessError as error:
         return f"not scripted: {error}"
     return run_command(out, step.cases[case_id]["world_size"], step.python)

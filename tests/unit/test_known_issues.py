@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core import compat
+from harness.core import axes, compat
 from harness.core.errors import HarnessError
 from harness.core.evidence import Evidence
 from harness.core.layouts import parse_layout
@@ -20,9 +20,8 @@ NEW_FLASH = "ValueError: `attn_mask` is not supported for native flash attention
 
 
 def _result(items, case_id="flux/tp2/native/fp32/train"):
-    model, layout, backend, dtype, kind = case_id.split("/")
-    result = base_result(Case(model, parse_layout(layout), backend, dtype, kind.partition("+")[0],
-                              fault=kind.partition("+")[2] or None))
+    values = axes.parse(case_id)
+    result = base_result(Case(**{**values, "layout": parse_layout(values["layout"])}))
     return settle(result, items)
 
 
@@ -46,8 +45,9 @@ def test_any_of_a_list_of_texts_excuses_an_error():
 
 def test_a_version_range_limits_the_entry_to_its_releases():
     issue = KnownIssue("*", "old wording", error_contains="aiter attention", diffusers=">=0.37,<0.40")
-    assert issue.applies("x", version="0.38.0")
-    assert not issue.applies("x", version="0.40.0") and not issue.applies("x", version="0.36.0")
+    case_id = "flux/tp2/native/fp32/tensor"
+    assert issue.applies(case_id, version="0.38.0")
+    assert not issue.applies(case_id, version="0.40.0") and not issue.applies(case_id, version="0.36.0")
     assert KnownIssue("*", "r", diffusers="<0.44").covers("0.43.0.dev0")  # a source install of main counts
 
 
