@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.evidence import Evidence
-from harness.core.figures import FigureSpec
+from harness.core.figures import PARITY, FigureSpec
 from harness.core.options import Option
 from harness.kinds.base import Built, Check, Kind
 
@@ -23,7 +23,7 @@ NONFINITE = FigureSpec("nonfinite", "non-finite values", "d")
 BASELINE = FigureSpec("baseline_err", "baseline mean pixel error (one device, same dtype)")
 VS_SSIM = FigureSpec("vs_baseline_ssim", "SSIM vs one device, same dtype", ".6f")
 VS_PSNR = FigureSpec("vs_baseline_psnr", "PSNR vs one device, same dtype (dB)", ".2f")
-VS_MAX = FigureSpec("vs_baseline_max_abs", "max pixel diff to one device, same dtype")
+VS_MAX = FigureSpec("vs_baseline_max_abs", "max pixel diff to one device, same dtype", role=PARITY)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.evidence import Evidence
-from harness.core.figures import FigureSpec, histogram
+from harness.core.figures import PARITY, FigureSpec, histogram
 from harness.core.options import Option
 from harness.kinds.base import TORCH_CP_NOT_SCRIPTED, Built, Check, Kind
 
@@ -22,7 +22,7 @@ NONFINITE = FigureSpec("nonfinite", "non-finite values", "d")
 BASELINE = FigureSpec("baseline_err", "baseline mean abs err (one device, same dtype)")
 RATIO = FigureSpec("err_ratio", "mean err ratio (vs one device, same dtype)")
 MAX_RATIO = FigureSpec("max_err_ratio", "max err ratio (vs one device, same dtype)")
-VS_BASELINE = FigureSpec("vs_baseline_max_abs", "max abs diff to one device, same dtype")
+VS_BASELINE = FigureSpec("vs_baseline_max_abs", "max abs diff to one device, same dtype", role=PARITY)
 
 
 @dataclass(frozen=True)

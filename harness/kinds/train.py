@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 
 from harness.core.evidence import Evidence, per_subject
-from harness.core.figures import FigureSpec, series, table
+from harness.core.figures import SINGLE_DEVICE, FigureSpec, series, table
 from harness.core.options import Option
 from harness.kinds.base import TORCH_CP_NOT_SCRIPTED, Built, Check, Kind
 
@@ -31,6 +31,10 @@ WEIGHTS = FigureSpec("weight_max_abs_err", "weights max abs err (after the last 
 NONFINITE = FigureSpec("nonfinite", "non-finite values", "d")
 NOISE = FigureSpec("baseline_err", "gradient rel L2 err of the noisiest single-device draw")
 RATIO = FigureSpec("err_ratio", "gradient err ratio (vs that noise)")
+# What a `single` case of the same model, shape, backend and dtype would show as its key figure, measured in this
+# case's launch: `harness ab` tells a changed model from it where the plan trains on no single layout.
+SINGLE_RUN = FigureSpec("single_grad_err", "gradient rel L2 err of the single-device run (same dtype)",
+                        role=SINGLE_DEVICE)
 STEPS = Option("steps", 3, "Optimizer steps a train case runs (and its reference holds).")
 
 
@@ -48,7 +52,7 @@ class TrainKind(Kind):
     checks = {"nonfinite": Check(), "missing_grad": Check("parameters", figure=False),
               "ranks_disagree": Check("parameters (or loss)"), "loss_exact": Check(), "loss_rel": Check(),
               "grad_rel": Check("parameters"), "weight_abs": Check("parameters"), "grad_err_ratio": Check()}
-    figures = (GRAD, LOSS, WORST, WEIGHTS, NONFINITE, NOISE, RATIO)
+    figures = (GRAD, LOSS, WORST, WEIGHTS, NONFINITE, NOISE, RATIO, SINGLE_RUN)
     torch_context_parallel = True  # the whole loop runs under `context_parallel` (tcp layouts, as torchtitan trains)
     options = (
         Option("models", None, "Models the train kind runs (default: those of --models).", is_list=True),
@@ -288,6 +292,9 @@ class TrainKind(Kind):
             found += self._judge_fp32(metrics, policy.limits, policy.exact)
         else:
             found += self._judge_low_precision(result.dtype, metrics, policy, limits, figures)
+        single = metrics.get("noise", {}).get(SINGLE)
+        if single is not None:
+            figures.append(SINGLE_RUN.of(single["grad_err"]))
         worst = _worst_gradients(metrics, limits)
         result.extra["train"] = _details(metrics, limits)
         result.extra["blocks"] = _blocks(metrics, result.dtype, worst)

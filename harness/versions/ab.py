@@ -3,8 +3,9 @@
 Each revision gets its environment (harness.versions.envs). The base runs the plan with references it captures
 itself (`<report-dir>/references`, reused by the next `ab` while the base revision and the harness's code are the
 same); the head runs the same plan against a copy of those references. So the head's single-device cases measure
-the head's model against the base's (the model itself changed), while each case's `vs_baseline_max_abs` measures a
-layout against its own revision's single-device run (the parallel parity of that side). `harness report --compare`'s
+the head's model against the base's (the model itself changed), while the figure a kind marks PARITY
+(harness.core.figures; the tensor kind's `vs_baseline_max_abs`) measures a layout against its own revision's
+single-device run (the parallel parity of that side). `harness report --compare`'s
 logic (harness.report.compare) gives the status changes; a regression exits 1.
 """
 
