@@ -2,7 +2,8 @@
 
 The run's own options are the fields of `Settings`; each kind declares its own (harness.kinds: `Kind.options`, its
 per-dtype `limits`), written `[tool.harness.<kind>] <name>` in pyproject.toml and `--<kind>-<name>` on the command
-line. Precedence: command line > `--plan` preset > `[tool.harness]` > the default.
+line. Precedence: command line > `[tool.harness]` > `--plan` preset > the default: a preset fills only what neither
+the command line nor the project's file gives (docs/commands.md says why; tests/unit/test_settings.py pins it).
 """
 
 from __future__ import annotations
