@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from harness.core.evidence import Evidence, per_subject
 from harness.core.figures import SINGLE_DEVICE, FigureSpec, series, table
 from harness.core.options import Option
-from harness.kinds.base import TORCH_CP_NOT_SCRIPTED, Built, Check, Kind
+from harness.kinds.base import FULL_COMPILE_FAMILIES, TORCH_CP_NOT_SCRIPTED, Built, Check, Kind, slice_ids
 
 TRAINED_SHAPES = ("default", "masked")
 _GRAD, _FINAL = "grad.", "final."
@@ -72,6 +72,11 @@ class TrainKind(Kind):
     limits = Option("limits", {"fp32": {"loss_rel": 1e-5, "grad_rel": 1e-4, "weight_abs": 1e-3}},
                     "fp32: loss rel err, each gradient's rel L2 err and the weights' max abs err after the last step.",
                     is_table=True)
+    # The quick plan trains two models on every family of parallel training once (tcp2: PyTorch's own context
+    # parallelism, flux trains in 0.7 s on two ranks); the full plan trains what its models, layouts and shapes are.
+    presets = {"quick": {"models": ["flux", "qwenimage"], "shapes": ["default"],
+                         "layouts": ["ulysses2", "ring2", "ring4", "ring2xulysses2", "tp2", "dp2", "dp2xulysses2",
+                                     "tcp2"]}}
 
     def policy(self, settings, dtype: str) -> TrainPolicy:
         return TrainPolicy(settings.limits(self.name, dtype), settings.of(self.name, "exact"),
@@ -79,6 +84,17 @@ class TrainKind(Kind):
 
     def applies(self, layout) -> bool:
         return True
+
+    def compile_slice(self, plan: str) -> list[str]:
+        """quick: flux under ulysses2. full: every model under ulysses2, and flux on each layout family and dp2."""
+        if plan == "quick":
+            return slice_ids(self.name, ("flux",), (("ulysses2", "native"),))
+        if plan != "full":
+            return []
+        from harness.catalogue.zoo import SPECS
+
+        return [*slice_ids(self.name, SPECS, (("ulysses2", "native"),)),
+                *slice_ids(self.name, ("flux",), (*FULL_COMPILE_FAMILIES, ("dp2", "native")))]
 
     def repro_script(self, case) -> str | None:
         layout = case.layout

@@ -85,10 +85,11 @@ def test_dry_run_plans_what_harness_run_plans(planned, monkeypatch):
     assert {"wan/single/native/bf16/image", "flux/single/flex/fp16/train"} <= set(single["case_ids"])
     assert {case_id.split("/")[1] for case_id in quick["case_ids"] if "/" in case_id} >= set(DEFAULT_LAYOUTS)
     # the compile part runs the quick plan's compile slice and nothing else; the other parts run eager only
-    from harness.run.settings import QUICK_COMPILE
+    from harness.run.settings import preset
 
     assert not any(case_id.endswith("/compile") for case_id in single["case_ids"] + quick["case_ids"])
-    assert sorted(case_id.removesuffix("/compile") for case_id in compiled["case_ids"]) == sorted(QUICK_COMPILE)
+    compiled_ids = sorted(case_id.removesuffix("/compile") for case_id in compiled["case_ids"])
+    assert compiled_ids == sorted(preset("quick")["compile_cases"])
 
 
 @pytest.mark.slow

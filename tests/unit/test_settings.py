@@ -4,7 +4,8 @@ import pytest
 
 from harness.core.errors import HarnessError
 from harness.core.layouts import DEFAULT_LAYOUTS, FULL_LAYOUTS
-from harness.run.settings import OPTIONS, load_settings
+from harness.kinds import kind_of
+from harness.run.settings import OPTIONS, load_settings, preset
 
 FULL, QUICK = list(FULL_LAYOUTS), list(DEFAULT_LAYOUTS)
 QUICK_TRAIN = ["ulysses2", "ring2", "ring4", "ring2xulysses2", "tp2", "dp2", "dp2xulysses2", "tcp2"]
@@ -52,6 +53,17 @@ def test_a_kind_follows_the_layouts_given_where_its_own_are_not(project):
     settings = load_settings({"layouts": "tp2,ulysses2"})
     assert settings.kind_scope("train")[1] == ["tp2", "ulysses2"]
     assert load_settings({}).kind_scope("train")[1] != ["tp2", "ulysses2"]  # the control: the preset's own
+
+
+def test_a_plan_takes_each_kinds_own_preset_and_compile_slice(project, monkeypatch):
+    """What a plan sets of a kind's options, and which of its cases it compiles, the kind declares: the settings join
+    them without naming a kind."""
+    train = kind_of("train")
+    monkeypatch.setattr(train, "presets", {"full": {"steps": 7}})
+    monkeypatch.setattr(train, "compile_slice", lambda plan: ["flux/dp2/native/fp32/train"] if plan == "full" else [])
+    full = load_settings({"plan": "full"})
+    assert full.of("train", "steps") == 7 and "flux/dp2/native/fp32/train" in full.compile_cases
+    assert load_settings({}).of("train", "steps") == 3 and "train_steps" not in preset("quick")  # another plan's
 
 
 def test_lists_from_command_line_and_tolerances_from_pyproject(project):
