@@ -76,15 +76,20 @@ def written(figure: dict) -> str:
     return format(number, figure["fmt"])
 
 
+def cell_figure(figures: list[dict]) -> dict | None:
+    """The figure the matrix cell writes: the first with a cell format and a value (None when none has one)."""
+    return next((figure for figure in figures if figure.get("cell") and figure.get("value") is not None), None)
+
+
 def cell(figures: list[dict]) -> str:
-    """The matrix cell's figure: the first figure with a cell format and a value ("" when none has one)."""
-    for figure in figures:
-        number = figure.get("value")
-        if figure.get("cell") and number is not None:
-            if isinstance(number, str) or (isinstance(number, float) and not math.isfinite(number)):
-                return str(number)  # NaN or Inf (as results.json writes them)
-            return figure["cell"].format(value=number)
-    return ""
+    """The matrix cell's text: its figure (`cell_figure`) in the figure's cell format ("" when there is none)."""
+    figure = cell_figure(figures)
+    if figure is None:
+        return ""
+    number = figure["value"]
+    if isinstance(number, str) or (isinstance(number, float) and not math.isfinite(number)):
+        return str(number)  # NaN or Inf (as results.json writes them)
+    return figure["cell"].format(value=number)
 
 
 def columns(results) -> list[str]:
