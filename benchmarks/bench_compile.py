@@ -11,22 +11,23 @@ References must exist (the first `harness run` captures them).
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from harness.core.results import CaseResult, read_results
+
 SLICE = ["--models", "flux", "--layouts", "single,ulysses2", "--backends", "native", "--dtypes", "fp32",
          "--kinds", "tensor"]
 
 
-def timed_run(args: list[str], report_dir: Path) -> tuple[float, dict]:
+def timed_run(args: list[str], report_dir: Path) -> tuple[float, list[CaseResult]]:
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "harness", "run", "--report-dir", str(report_dir), *args],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - started, json.loads((report_dir / "results.json").read_text())
+    return time.perf_counter() - started, read_results(report_dir / "results.json")[1]
 
 
 def main() -> None:
@@ -38,10 +39,10 @@ def main() -> None:
         cache = Path(scratch) / "cache"
         for label in ("cold", "warm"):
             args = [*SLICE, *extra, "--modes", known.modes, "--compile-cache", str(cache)]
-            wall, payload = timed_run(args, Path(scratch) / label)
-            for case in payload["cases"]:
-                phases = case.get("extra", {}).get("phases", {})
-                print(f"| {label} | {wall:.0f} s | `{case['case_id']}` | {case['status']} | "
+            wall, cases = timed_run(args, Path(scratch) / label)
+            for case in cases:
+                phases = case.extra.get("phases", {})
+                print(f"| {label} | {wall:.0f} s | `{case.case_id}` | {case.status} | "
                       f"{phases.get('compile', 0.0):.1f} s | {phases.get('forward', 0.0):.3f} s |")
 
 

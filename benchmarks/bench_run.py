@@ -11,7 +11,6 @@ Prints a Markdown table for the docs (docs/measured.md). References must exist (
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -19,13 +18,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.core.header import RunHeader
+from harness.core.results import CaseResult, Status, read_results
 
-def timed_run(args: list[str], report_dir: Path) -> tuple[float, dict]:
+
+def timed_run(args: list[str], report_dir: Path) -> tuple[float, RunHeader, list[CaseResult]]:
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "harness", "run", "--report-dir", str(report_dir), *args],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     wall = time.perf_counter() - started
-    return wall, json.loads((report_dir / "results.json").read_text())
+    header, cases = read_results(report_dir / "results.json")
+    return wall, RunHeader.from_dict(header), cases
 
 
 def main() -> None:
@@ -33,22 +36,20 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     known, extra = parser.parse_known_args()
     with tempfile.TemporaryDirectory() as scratch:
-        walls, ratios, floors, payload = [], [], [], {}
+        walls, ratios, floors = [], [], []
         for index in range(known.repeat):
-            wall, payload = timed_run(extra, Path(scratch) / f"run{index}")
+            wall, header, cases = timed_run(extra, Path(scratch) / f"run{index}")
             walls.append(wall)
-            floors.append(payload["header"]["time_breakdown"]["floor"])
+            floors.append(header.time_breakdown["floor"])
             ratios.append(wall / floors[-1])
-        cases = payload["cases"]
-        ran = [c for c in cases if c["status"] != "SKIP"]
+        ran = [c for c in cases if c.status is not Status.SKIP]
         single = ["--models", "flux", "--layouts", "ulysses2", "--backends", "native", "--dtypes", "fp32",
                   "--kinds", "tensor"]
-        one_wall, _ = timed_run([*extra, *single], Path(scratch) / "one")
-    launches = payload["header"]["launches"]
-    forward = sum(c["seconds"] or 0 for c in ran)
+        one_wall, _, _ = timed_run([*extra, *single], Path(scratch) / "one")
+    forward = sum(c.seconds or 0 for c in ran)
     print("| figure | value |\n|---|---|")
     print(f"| cases planned / run (non-SKIP) | {len(cases)} / {len(ran)} |")
-    print(f"| torchrun launches | {launches} (world sizes {payload['header']['world_sizes']}) |")
+    print(f"| torchrun launches | {header.launches} (world sizes {header.world_sizes}) |")
     print(f"| `harness run` wall time, median of {known.repeat} (each: {', '.join(f'{w:.0f}' for w in walls)} s) | "
           f"{statistics.median(walls):.1f} s |")
     print(f"| floor: launch start-ups + the cases' own time, median | {statistics.median(floors):.1f} s |")
@@ -57,9 +58,8 @@ def main() -> None:
     print(f"| sum of per-case times on rank 0 (build + enable_parallelism + recorded run) | {forward:.1f} s |")
     print(f"| one `harness run` with a single case (launch + imports + gloo init) | {one_wall:.1f} s |")
     print(f"| estimated wall time with one launch per case | {one_wall * len(ran):.0f} s |")
-    breakdown = payload["header"].get("time_breakdown", {})
     print("\n| where the last run's time went | seconds |\n|---|---|")
-    for name, value in breakdown.items():
+    for name, value in header.time_breakdown.items():
         print(f"| {name} | {value} |")
 
 

@@ -24,17 +24,18 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from harness import faults
 from harness.catalogue.pipelines import MODELS, build_pipeline, run_pipeline, transformer_of
 from harness.core import determinism
 from harness.core.layouts import parse_layout
-from harness.rank import backends, cpu, faults
+from harness.rank import backends, cpu
 from harness.rank.image_metrics import diff_image, image_metrics, scalar_metrics, to_png, violations
 from harness.run.settings import load_settings
 
 THRESHOLDS = load_settings().image  # the limits the verdict applies ([tool.harness.image] over the defaults)
 
 DEFAULT_LAYOUTS = "ulysses2:native,ring2:_native_flash"
-# The negative control of each kind of layout (see harness/rank/faults.py).
+# The negative control of each kind of layout (see harness/faults/).
 FAULT = {"cp": "cp_local_attention", "tp": "tp_skip_allreduce"}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

@@ -1,39 +1,29 @@
-"""Compare two results.json files case by case and figure by figure: typed `figures` against typed `figures`, or,
-across the change of field layout (issue 24), the flat columns of before (`max_abs_err`, `ssim`, `loss_err`, ...
-and scalars in `extra`) against the typed `figures` of after. Timings and memory are left out; everything else a
-case reports is compared.
+"""Compare two results.json files case by case and figure by figure, read as the records `harness run` wrote them
+from (harness.core.results): status, reason, first divergence, dispatched backends, kernels, collectives, every
+evidence item (without the known issue that excused it) and every figure. Timings and memory are left out.
 
     python benchmarks/results_diff.py BEFORE/results.json AFTER/results.json
 
-Prints what was compared and every difference; exits 1 when any case differs in status, reason or a figure.
+Prints what was compared and every difference; exits 1 when any case differs in status, reason or a figure. Files of
+before issue 24 (flat figure columns) are not read: their comparison with the typed figures was done then
+(docs/architecture.md).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
 
-# A figure of after whose value before held under another name: the train kind's weights error sat in the tensor
-# column `max_abs_err`; an image case's comparison with its one-device twin in `extra.vs_baseline.*`.
-RENAMED = {("train", "weight_max_abs_err"): "max_abs_err", ("image", "vs_baseline_max_abs"): "vs_baseline_max_abs_err"}
+from harness.core.results import CaseResult, Status, read_results
+
+FIELDS = ("status", "reason", "first_divergence", "dispatched", "kernels", "comms")
 TIMINGS = {"seconds", "peak_mem_mb"}
 REL = 1e-9  # the same run on the same machine gives the same numbers; only the printing may round
 
 
-def _figures_before(case: dict) -> dict:
-    scalars = {}
-    for key, value in case.get("extra", {}).items():
-        if isinstance(value, (int, float, str)):
-            scalars[key] = value
-        elif isinstance(value, dict):  # one level down, as `<outer>_<inner>`
-            scalars.update({f"{key}_{inner}": item for inner, item in value.items() if isinstance(item, (int, float))})
-    return {**scalars, **{key: value for key, value in case.items() if key not in ("extra", "evidence")}}
-
-
 def _number(value):
-    """After writes non-finite floats as "nan", "inf", "-inf" (JSON has none); before wrote NaN / Infinity."""
+    """results.json writes non-finite floats as "nan", "inf", "-inf" (JSON has none)."""
     return float(value) if value in ("nan", "inf", "-inf") else value
 
 
@@ -41,50 +31,58 @@ def _same(a, b) -> bool:
     a, b = _number(a), _number(b)
     if a == b:
         return True
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+    if isinstance(a, int | float) and isinstance(b, int | float):
         if math.isnan(a) or math.isnan(b):
             return math.isnan(a) and math.isnan(b)
         return abs(a - b) <= REL * max(abs(a), abs(b), 1e-300)
-    return a == b
+    return False
 
 
-def compare(before: list[dict], after: list[dict]) -> tuple[dict, list[str]]:
-    old, new = {c["case_id"]: c for c in before}, {c["case_id"]: c for c in after}
+def _plain(value):
+    """A status as its text (as results.json writes it); anything else as it is."""
+    return value.value if isinstance(value, Status) else value
+
+
+def _evidence(case: CaseResult) -> list[dict]:
+    return [{key: value for key, value in item.items() if key != "known"} for item in case.evidence]
+
+
+def compare(before: list[CaseResult], after: list[CaseResult]) -> tuple[dict, list[str]]:
+    old, new = {c.case_id: c for c in before}, {c.case_id: c for c in after}
     differences = [f"only before: {cid}" for cid in sorted(old.keys() - new.keys())]
     differences += [f"only after: {cid}" for cid in sorted(new.keys() - old.keys())]
     counted = {"cases": 0, "statuses": 0, "reasons": 0, "figures": 0, "evidence items": 0}
     for cid in sorted(old.keys() & new.keys()):
         a, b = old[cid], new[cid]
         counted["cases"] += 1
-        for field in ("status", "reason", "first_divergence", "dispatched", "kernels", "comms"):
-            if a.get(field) != b.get(field):
-                differences.append(f"{cid}: {field} {a.get(field)!r} -> {b.get(field)!r}")
+        for field in FIELDS:
+            was, now = _plain(getattr(a, field)), _plain(getattr(b, field))
+            if was != now:
+                differences.append(f"{cid}: {field} {was!r} -> {now!r}")
         counted["statuses"] += 1
         counted["reasons"] += 1
-        typed = "figures" in a
-        flat = {item["name"]: item["value"] for item in a["figures"]} if typed else _figures_before(a)
-        for figure in b.get("figures", []):
+        had, has = ({figure["name"] for figure in case.figures} - TIMINGS for case in (a, b))
+        differences += [f"{cid}: figure {name} is gone" for name in sorted(had - has)]
+        for figure in b.figures:
             name = figure["name"]
             if name in TIMINGS:
                 continue
-            key = name if typed else RENAMED.get((b["kind"], name), name)
-            if key not in flat:
-                differences.append(f"{cid}: figure {name} is new (before had no {key})")
-            elif not _same(flat[key], figure["value"]):
-                differences.append(f"{cid}: figure {name} {flat[key]!r} -> {figure['value']!r}")
+            if name not in had:
+                differences.append(f"{cid}: figure {name} is new")
+            elif not _same(a.figure(name), figure["value"]):
+                differences.append(f"{cid}: figure {name} {a.figure(name)!r} -> {figure['value']!r}")
             counted["figures"] += 1
-        strip = [{k: v for k, v in item.items() if k != "known"} for item in a.get("evidence", [])]
-        if strip != [{k: v for k, v in item.items() if k != "known"} for item in b.get("evidence", [])]:
+        if _evidence(a) != _evidence(b):
             differences.append(f"{cid}: evidence differs")
-        counted["evidence items"] += len(a.get("evidence", []))
+        counted["evidence items"] += len(a.evidence)
     return counted, differences
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print(__doc__.strip().splitlines()[-3].strip(), file=sys.stderr)
+        print(__doc__.split("\n\n")[1].strip(), file=sys.stderr)
         return 2
-    before, after = (json.loads(Path(path).read_text())["cases"] for path in argv)
+    before, after = (read_results(Path(path))[1] for path in argv)
     counted, differences = compare(before, after)
     print("compared: " + ", ".join(f"{count} {what}" for what, count in counted.items()))
     for line in differences:

@@ -10,8 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from harness import faults
 from harness.core.errors import HarnessError, process_age_s
-from harness.rank.faults import FAULTS
 from harness.run.handover import RunStopped
 from harness.run.settings import OPTIONS, RUN_OPTIONS, load_settings, split_list
 
@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_options(run, RUN_OPTIONS, in_force)
     run.add_argument("--resume", action="store_true", help="Keep the finished cases of an interrupted run.")
     run.add_argument("--inject-fault", default=None, metavar="FAULT",
-                     help="Run every case with a deliberate bug, to see it FAIL: " + ", ".join(FAULTS) + ".")
+                     help="Run every case with a deliberate bug, to see it FAIL: " + ", ".join(faults.usages()) + ".")
     selftest = commands.add_parser("selftest", help="Run the negative controls; exit 0 only if each bug is caught.")
     add_options(selftest, ("references", "case_timeout", "cpu_max_ranks", "budget_factor"), in_force)
     selftest.add_argument("--report-dir", dest="report_dir", default="reports/selftest", help="Where to write.")

@@ -42,14 +42,13 @@ def picture(ssim: float, psnr: float, limit: float = 0.9999) -> list[dict]:
 
 
 def case(case_id: str, status: str, **overrides) -> dict:
-    """A results.json record: the id's parts as its axes, tensor figures unless told otherwise."""
+    """A results.json record, written by a real `CaseResult` (a field that moved or is misspelt fails here): the id's
+    parts as its axes, tensor figures unless told otherwise."""
     head, layout, backend, dtype, kind = case_id.split("/")
     model, _, shape = head.partition("@")
-    record = CaseResult(case_id, model, shape or "default", kind.split("+")[0], layout,
-                        4 if layout.endswith("4") else 2, backend, dtype, Status(status), figures=tensor(),
-                        dispatched=f"{backend}:2", seconds=0.01).to_dict()
-    record.update(overrides)
-    return record
+    fields = {"figures": tensor(), "dispatched": f"{backend}:2", "seconds": 0.01, **overrides}
+    return CaseResult(case_id, model, shape or "default", kind.split("+")[0], layout, 4 if layout.endswith("4") else 2,
+                      backend, dtype, Status(status), **fields).to_dict()
 
 
 def cases() -> list[dict]:
@@ -71,6 +70,25 @@ def cases() -> list[dict]:
         case("qwenimage/ulysses4/native/fp32/tensor", "XPASS",
              reason="known issue no longer reproduces (XPASS): #7 ulysses4"),
     ]
+
+
+# A known_issues.toml entry as a result carries it (harness.run.known_issues.KnownIssue.reference); `<` to be escaped
+KNOWN = {"key": "known_issues.toml #13", "title": "tensor parallelism: wrong <QK-norm> gradients",
+         "link": "https://github.com/huggingface/diffusers/blob/v0.42.1/src/diffusers/hooks/tensor_parallel.py#L586"}
+
+
+def known_xfail(case_id: str = "flux/tp2/native/fp32/train", entry: dict | None = None) -> dict:
+    """A train case every failed check of which the entry excuses, each in the band the entry measured (the loss
+    check has none), as harness.run.verdict.apply_known_issues leaves it."""
+    entry = entry or KNOWN
+    items = [{"check": "grad_rel", "text": f"gradient of blocks.0.attn.norm_{q}.weight 0.9 > 1e-4",
+              "subject": f"blocks.0.attn.norm_{q}.weight", "value": value, "limit": 1e-4, "known": entry["key"],
+              "band": [0.3, 1.75]} for q, value in (("q", 0.97), ("k", 0.72))]
+    items.append({"check": "loss_rel", "text": "loss rel err 3e-4 > 1e-5", "value": 3e-4, "limit": 1e-5,
+                  "known": entry["key"]})
+    reason = f"known issue: per-head norms act on sharded heads ({entry['link']}); observed FAIL: gradients"
+    return case(case_id, "XFAIL", figures=[GRAD.of(0.0017, 1e-4)], evidence=items, known_issues=[entry],
+                reason=reason, extra={"known_issue": [entry["key"]]})
 
 
 def train_blocks(losses: list[float], reference: list[float], baseline: list[float]) -> list[dict]:

@@ -12,6 +12,9 @@
     var box = el.getBoundingClientRect();
     return shown(el) && box.top >= 0 && box.bottom <= window.innerHeight && box.right <= window.innerWidth;
   }
+  function box(el) { var b = el.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; }
+  // For a test's own window.__probe: the same measures of what is shown.
+  window.__seen = {shown: shown, inView: inView, box: box};
   function idOf(el) { return decodeURIComponent(el.getAttribute("href").slice(1)); }
   function matrixBox() {  // the box around every shown matrix table, in page coordinates
     var out = null;
@@ -56,6 +59,10 @@
       out.counts[b.getAttribute("data-set-status")] = shown(b) ? b.textContent : null;
     });
     out.images = images();
+    out.imageNotes = Array.prototype.filter.call(document.querySelectorAll("#opened .images + p"), shown)
+      .map(function (p) { return p.textContent; });
+    // Every picture in the document (the page draws them only when a case showing them is opened)
+    out.pictures = Array.prototype.map.call(document.images, function (img) { return img.getAttribute("src"); });
     var opened = document.querySelector("#opened details.case[open]");
     if (opened) {  // in view and on top: not under the sticky filter bar
       var summary = opened.querySelector("summary"), box = summary.getBoundingClientRect();

@@ -46,15 +46,16 @@ PART_NAMES = ("single", "quick", "compile")  # in the order they run; `check.sh 
 
 def parts(gpus: int) -> list[Part]:
     """The check's runs. Read from the harness, never copied: the backends diffusers registers, the quick plan's
-    models and train models (harness/run/settings.py) plus every model with a tiny pipeline, the quick plan as is."""
+    models and train models (harness.run.settings.preset) plus every model with a tiny pipeline, the quick plan as
+    is."""
     from harness.catalogue.pipelines import MODELS as PIPELINES
     from harness.rank.backends import all_backend_names
-    from harness.run.settings import OPTIONS, PLANS
+    from harness.run.settings import OPTIONS, preset
 
     models = list(dict.fromkeys([*OPTIONS["models"].default, *PIPELINES]))  # one image case per pipeline
     single = ("--layouts", "single", "--backends", ",".join(all_backend_names()), "--dtypes", ",".join(LOW_PRECISION),
               "--kinds", "tensor,train,image", "--models", ",".join(models),
-              "--train-models", ",".join(PLANS["quick"]["train_models"]), "--allow-no-parallel")
+              "--train-models", ",".join(preset("quick")["train_models"]), "--allow-no-parallel")
     quick = ("--allow-no-parallel",) if gpus < 2 else ()  # on one GPU every parallel layout is a SKIP by capacity
     # Compiling costs far more than running: the quick plan's compile slice is a part of its own, last, so that a
     # budget it overruns cuts it short (its finished cases kept) and not the eager parts

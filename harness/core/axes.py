@@ -1,5 +1,5 @@
-"""The dimensions of a case, declared once: the case id, the plan's product, the matrix columns, the page's filters
-and `--resume`'s fingerprint all follow from this list.
+"""The dimensions of a case, declared once: the case id (spelled and parsed here), the plan's product, the matrix
+columns, the page's filters and `--resume`'s fingerprint all follow from this list.
 
 Each axis is a field of `Case` and of `CaseResult` of the same name, listed by the plan option of its own name
 (`models`, `layouts`, ...). An axis with a `default` is left out of the id at that value, so an axis added later
@@ -45,11 +45,62 @@ def spell(values: dict[str, str], fault: str | None = None) -> str:
     return text + (f"{FAULT}{fault}" if fault else "")
 
 
+def _form() -> str:
+    """How an id is written, for an error message: `model[@shape]/layout/.../kind[/mode][+fault]`."""
+    text = ""
+    for index, axis in enumerate(AXES):
+        written = (axis.joiner if index else "") + axis.name
+        text += written if axis.default is None else f"[{written}]"
+    return text + f"[{FAULT}fault]"
+
+
+def _parts() -> tuple[tuple[Axis, ...], ...]:
+    """The axes each `/`-separated part of an id holds: an axis joined by `/` starts a part, one joined otherwise
+    (`@shape`) rides on the part before it."""
+    parts: list[list[Axis]] = []
+    for axis in AXES:
+        if parts and axis.joiner != "/":
+            parts[-1].append(axis)
+        else:
+            parts.append([axis])
+    return tuple(tuple(part) for part in parts)
+
+
+FORM = _form()
+_PARTS = _parts()
+
+
+def parse(case_id: str) -> dict[str, str | None]:
+    """`spell`'s exact inverse: every axis's value (a default one too) and `fault` (None without one). A part whose
+    leading axis has a default (`/mode`) is present only when the id has every part. A ValueError naming the id for
+    anything `spell` cannot have written."""
+    texts = case_id.split("/")
+    texts[-1], plus, fault = texts[-1].partition(FAULT)
+    required = [part for part in _PARTS if part[0].default is None]
+    if len(texts) not in (len(required), len(_PARTS)):
+        raise ValueError(f"case id {case_id!r} is not of the form {FORM}: {len(texts)} `/`-separated part(s), not "
+                         f"{len(required)} or {len(_PARTS)}")
+    values: dict[str, str | None] = {}
+    for part, text in zip(_PARTS if len(texts) == len(_PARTS) else required, texts, strict=True):
+        for axis in reversed(part[1:]):
+            head, joiner, value = text.rpartition(axis.joiner)
+            values[axis.name], text = (value, head) if joiner else (axis.default, text)
+        values[part[0].name] = text
+    values = {axis.name: values.get(axis.name, axis.default) for axis in AXES}
+    empty = [name for name, value in values.items() if not value] + (["fault"] if plus and not fault else [])
+    if empty or spell(values, fault) != case_id:
+        why = f"no {', '.join(empty)}" if empty else "a default written out, which an id leaves out"
+        raise ValueError(f"case id {case_id!r} is not of the form {FORM}: {why}")
+    return {**values, "fault": fault or None}
+
+
+def file_stem(case_id: str) -> str:
+    """The case id as a file name: each axis joiner a dash (`qwenimage-masked-ulysses2-native-fp32-tensor`)."""
+    for joiner in dict.fromkeys(axis.joiner for axis in AXES):
+        case_id = case_id.replace(joiner, "-")
+    return case_id
+
+
 def product_axes() -> tuple[Axis, ...]:
     """The axes whose every value the plan crosses with every case (backend, dtype, mode, and any axis added later)."""
     return tuple(axis for axis in AXES if axis.product)
-
-
-def declaration() -> list[dict]:
-    """The axes as the page reads them (its filters and how it spells an id)."""
-    return [{"name": axis.name, "label": axis.label, "default": axis.default, "joiner": axis.joiner} for axis in AXES]

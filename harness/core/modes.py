@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.core.axes import FAULT
+from harness.core import axes
 
 EAGER = "eager"
 
@@ -46,10 +46,6 @@ def mode_of(name: str) -> Mode:
 
 
 def eager_id(case_id: str) -> tuple[str, str]:
-    """A case id without its mode (the last part of a compiled case's id; a negative control's fault stays), and the
-    mode: the id of the case's eager twin."""
-    case, plus, fault = case_id.partition(FAULT)
-    head, _, last = case.rpartition("/")
-    if last in MODES and last != EAGER:
-        return head + plus + fault, last
-    return case_id, EAGER
+    """A case id without its mode (a negative control's fault stays), and the mode: the id of the case's eager twin."""
+    values = axes.parse(case_id)
+    return axes.spell({**values, "mode": EAGER}, values["fault"]), values["mode"]

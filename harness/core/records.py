@@ -30,7 +30,7 @@ class Case:
     kind: str = "tensor"
     shape: str = "default"
     mode: str = "eager"  # eager or compiled (harness.core.modes)
-    fault: str | None = None  # a deliberate bug for negative controls (harness.rank.faults)
+    fault: str | None = None  # a deliberate bug for negative controls (harness.faults)
     weights_dir: str | None = None  # a local checkpoint folder (`--weights`); the shape then names the folder
     localize: bool = False  # run to find where it breaks (harness.rank.localize), not to judge it again
 
@@ -66,8 +66,7 @@ def case_id(model: str, shape: str, layout: str, backend: str, dtype: str, kind:
 
 def without_fault(case_id: str) -> str:
     """The id of the case a negative control injected its fault into (the id itself when there is none)."""
-    head, _, last = case_id.rpartition("/")
-    return f"{head}/{last.partition(axes.FAULT)[0]}"
+    return axes.spell(axes.parse(case_id))
 
 
 @dataclass

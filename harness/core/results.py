@@ -67,11 +67,20 @@ class CaseResult:
     seconds: float | None = None
     peak_mem_mb: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    mode: str = "eager"  # eager or compiled (harness.core.modes); last, so positional records read as before
+    mode: str = "eager"  # eager or compiled (harness.core.modes); it and what follows come last, so positional
+    # records read as before
+    # The known_issues.toml entries that excused its evidence (or, for an XPASS, that list it), each {"key", "title",
+    # "link"}: what a view names and links an XFAIL by; an excused item of `evidence` names its entry's key in
+    # "known" and, where the entry measured one, the band its figure sat in ("band": [low, high]).
+    known_issues: list[dict[str, str]] = field(default_factory=list)
 
     def figure(self, name: str) -> Any:
         """The value of the figure `name` (None when the case has none)."""
         return figures.value(self.figures, name)
+
+    def known_issue(self, key: str) -> dict[str, str] | None:
+        """The entry `key` (an excused item's "known") as this case carries it, or None."""
+        return next((entry for entry in self.known_issues if entry.get("key") == key), None)
 
     @property
     def cell(self) -> str:

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import torch
 
+from harness import faults
 from harness.core.modes import EAGER
 from harness.core.records import Case
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
-from harness.rank import backends, faults
+from harness.rank import backends
 from harness.rank.compiled import compile_like
 
 
@@ -32,7 +33,7 @@ class Baselines:
     def of(self, case: Case, draw: str | None = None):
         """The baseline of `case` (or its noise draw `draw`): an output, or the message of its failure."""
         backend = case.backend if case.layout.world_size > 1 else "native"
-        model_change = case.fault if case.fault in faults.MODEL_CHANGES else None
+        model_change = case.fault if faults.is_model_change(case.fault) else None
         key = self._key(case, backend, model_change, draw)
         if key not in self.kept:
             with self.context.phase("baselines"):

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import time
 
+from harness import faults
 from harness.core.modes import mode_of
 from harness.core.records import Case
 from harness.engine.baselines import Baselines
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
-from harness.rank import backends, comms_check, faults, torch_cp
+from harness.rank import backends, comms_check, torch_cp
 from harness.rank.compiled import CompiledRun
 from harness.rank.recorder import RunRecorder
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from harness import faults
 from harness.core.layouts import Layout
 from harness.core.records import Case, Localization
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
-from harness.rank import backends, faults, localize, training
+from harness.rank import backends, localize, training
 
 
 def localize_case(context: RankContext, case: Case, rank: int, world_size: int) -> Localization | None:

@@ -1,20 +1,21 @@
 """The interface every case kind implements, and the small types it exchanges with the rank side and the verdict.
 
 A kind owns its whole story: its options and limits (declared here once, they reach the CLI, pytest and
-`[tool.harness.<kind>]`), its checks, its figures and its detail blocks. Nothing outside `harness/kinds/` names a
-kind or a figure. Heavy imports (torch, the zoo) stay inside the methods, so the options can be read without them
-(`pytest --help`).
+`[tool.harness.<kind>]`), what each `--plan` preset sets of them and which of its cases each plan compiles, its
+checks, its figures and its detail blocks. Nothing outside `harness/kinds/` names a kind or a figure. Heavy imports
+(torch, the zoo) stay inside the methods, so the options can be read without them (`pytest --help`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.core.figures import FigureSpec
 from harness.core.options import Option
+from harness.core.records import case_id
 
 if TYPE_CHECKING:
     import torch
@@ -70,6 +71,20 @@ TORCH_CP_NOT_SCRIPTED = ("a case under PyTorch's context parallelism is not scri
 COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output placements", figure=False),
                  "graph_break": Check()}
 
+# The layout families (each with a backend that runs it) the full plan compiles on a model or two besides every model
+# under ulysses2; the whole slice is sized to about 15 minutes of Inductor on 2 cores (docs/compile.md).
+FULL_COMPILE_FAMILIES = (("single", "native"), ("ring2", "_native_flash"), ("tp2", "native"), ("tcp2", "native"))
+
+
+def slice_ids(kind: str, models: Iterable[str], layouts: Iterable[tuple[str, str]],
+              dtypes: Iterable[str] = ("fp32",)) -> list[str]:
+    """The ids (the default shape, without the mode) of `kind`'s cases of each model x (layout, backend) x dtype: a
+    kind's part of a plan's compile slice (`compile_cases` globs over ids without their mode)."""
+    layouts, dtypes = list(layouts), list(dtypes)
+    return [case_id(model, "default", layout, backend, dtype, kind) for model in models for layout, backend in layouts
+            for dtype in dtypes]
+
+
 # What every compiled case (harness.core.modes) reports of its compile, after its kind's own figures.
 COMPILE_FIGURES = (FigureSpec("graphs", "compiled graphs", "d"), FigureSpec("graph_breaks", "graph breaks", "d"),
                    FigureSpec("recompiles", "recompiles in the measured run", "d"))
@@ -86,6 +101,9 @@ class Kind:
     figures: tuple[FigureSpec, ...] = ()  # what `judge` fills, in the order views show them (harness.core.figures)
     options: tuple[Option, ...] = ()  # its own options: `[tool.harness.<name>] <option>`, `--<name>-<option>`
     limits: Option | None = None  # its per-dtype limits: `[tool.harness.<name>] fp32 = ...`
+    # What each `--plan` preset sets of its own options, by plan and the option's name (harness.run.settings joins
+    # them to the run's own presets; the command line and `[tool.harness]` still win)
+    presets: dict[str, dict[str, Any]] = {}
     cost_s: float = 0.4  # rough seconds of one case on one rank, to balance the parts of `--shard K/N`
     torch_context_parallel: bool = False  # whether its cases run under PyTorch's context parallelism (tcp layouts)
     compiles: bool = True  # its module runs under torch.compile's modes (harness.core.modes); False: SKIP there
@@ -95,8 +113,14 @@ class Kind:
         return [option.owned_by(self.name) for option in (*self.options, *((self.limits,) if self.limits else ()))]
 
     def policy(self, settings, dtype: str) -> Any:
-        """What a case of `dtype` is judged by, from the settings (its own limits and options, the run's budgets)."""
+        """What a case of `dtype` is judged by, from the settings (its own limits and options, the run's budgets). A
+        kind with a `repro_script` returns a dataclass: its fields are what the script's template judges by."""
         return None
+
+    def compile_slice(self, plan: str) -> list[str]:
+        """The ids (without their mode) of this kind's cases that plan `plan` also compiles, its part of the plan's
+        `compile_cases` (compiling costs tens of seconds a graph on a CPU); none by default."""
+        return []
 
     def unavailable(self) -> str | None:
         """Why this kind cannot run on this machine (a plan-time SKIP), or None."""

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.evidence import Evidence
-from harness.core.figures import FigureSpec
+from harness.core.figures import PARITY, FigureSpec
 from harness.core.options import Option
-from harness.kinds.base import Built, Check, Kind
+from harness.kinds.base import Built, Check, Kind, slice_ids
 
 SSIM = FigureSpec("ssim", "SSIM", ".6f", cell="ssim {value:.4f}")
 PSNR = FigureSpec("psnr", "PSNR (dB)", ".2f")
@@ -26,7 +26,7 @@ NONFINITE = FigureSpec("nonfinite", "non-finite values", "d")
 BASELINE = FigureSpec("baseline_err", "baseline mean pixel error (one device, same dtype)")
 VS_SSIM = FigureSpec("vs_baseline_ssim", "SSIM vs one device, same dtype", ".6f")
 VS_PSNR = FigureSpec("vs_baseline_psnr", "PSNR vs one device, same dtype (dB)", ".2f")
-VS_MAX = FigureSpec("vs_baseline_max_abs", "max pixel diff to one device, same dtype")
+VS_MAX = FigureSpec("vs_baseline_max_abs", "max pixel diff to one device, same dtype", role=PARITY)
 NOISE = FigureSpec("noise_max_abs", "max pixel diff of the noisiest single-device draw, same dtype")
 
 
@@ -86,6 +86,15 @@ class ImageKind(Kind):
 
     def policy(self, settings, dtype: str) -> ImagePolicy:
         return ImagePolicy(settings.limits(self.name, dtype), settings.of(self.name, "noise_factor"))
+
+    def compile_slice(self, plan: str) -> list[str]:
+        """The full plan's: every model under ulysses2, and flux on one device (the quick plan compiles no picture)."""
+        if plan != "full":
+            return []
+        from harness.catalogue.zoo import SPECS
+
+        return [*slice_ids(self.name, SPECS, (("ulysses2", "native"),)),
+                *slice_ids(self.name, ("flux",), (("single", "native"),))]
 
     def unavailable(self) -> str | None:
         if importlib.util.find_spec("transformers") is None:

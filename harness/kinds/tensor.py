@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.evidence import Evidence
-from harness.core.figures import FigureSpec, histogram
+from harness.core.figures import PARITY, FigureSpec, histogram
 from harness.core.options import Option
-from harness.kinds.base import TORCH_CP_NOT_SCRIPTED, Built, Check, Kind
+from harness.kinds.base import FULL_COMPILE_FAMILIES, TORCH_CP_NOT_SCRIPTED, Built, Check, Kind, slice_ids
 
 MAX_ABS = FigureSpec("max_abs_err", "max abs err", cell="{value:.1e}")
 MEAN_ABS = FigureSpec("mean_abs_err", "mean abs err")
@@ -25,7 +25,7 @@ NONFINITE = FigureSpec("nonfinite", "non-finite values", "d")
 BASELINE = FigureSpec("baseline_err", "baseline mean abs err (one device, same dtype)")
 RATIO = FigureSpec("err_ratio", "mean err ratio (vs one device, same dtype)")
 MAX_RATIO = FigureSpec("max_err_ratio", "max err ratio (vs one device, same dtype)")
-VS_BASELINE = FigureSpec("vs_baseline_max_abs", "max abs diff to one device, same dtype")
+VS_BASELINE = FigureSpec("vs_baseline_max_abs", "max abs diff to one device, same dtype", role=PARITY)
 NOISE = FigureSpec("noise_max_abs", "max abs diff of the noisiest single-device draw, same dtype")
 
 
@@ -62,6 +62,22 @@ class TensorKind(Kind):
     def policy(self, settings, dtype: str) -> TensorPolicy:
         return TensorPolicy(settings.limits(self.name, dtype), settings.budget_factor, settings.budget_max_factor,
                             settings.of(self.name, "noise_factor"))
+
+    def compile_slice(self, plan: str) -> list[str]:
+        """quick: flux and qwenimage on one layout of each family it compiles (ring's native backend is a known
+        refusal; the full plan compiles ring), fp32, and flux's single and ulysses2 in bf16 (about 4 minutes of Inductor
+        cold with the train kind's case, 1 warm, on 2 cores: docs/compile.md). full: every model under ulysses2, and
+        each layout family on flux and qwenimage."""
+        if plan == "quick":
+            return [*slice_ids(self.name, ("flux", "qwenimage"), (("single", "native"), ("ulysses2", "native"),
+                                                                   ("tp2", "native"))),
+                    *slice_ids(self.name, ("flux",), (("single", "native"), ("ulysses2", "native")), ("bf16",))]
+        if plan != "full":
+            return []
+        from harness.catalogue.zoo import SPECS
+
+        return [*slice_ids(self.name, SPECS, (("ulysses2", "native"),)),
+                *slice_ids(self.name, ("flux", "qwenimage"), FULL_COMPILE_FAMILIES)]
 
     def shapes(self, spec, wanted, weights_dir):
         names = list(spec.shapes) if "all" in wanted else [name for name in wanted if name in spec.shapes]

@@ -16,9 +16,9 @@ import json
 from dataclasses import dataclass
 
 from harness.core.evidence import Evidence, per_subject
-from harness.core.figures import FigureSpec, series, table
+from harness.core.figures import SINGLE_DEVICE, FigureSpec, series, table
 from harness.core.options import Option
-from harness.kinds.base import TORCH_CP_NOT_SCRIPTED, Built, Check, Kind
+from harness.kinds.base import FULL_COMPILE_FAMILIES, TORCH_CP_NOT_SCRIPTED, Built, Check, Kind, slice_ids
 
 TRAINED_SHAPES = ("default", "masked")
 _GRAD, _FINAL = "grad.", "final."
@@ -31,6 +31,10 @@ WEIGHTS = FigureSpec("weight_max_abs_err", "weights max abs err (after the last 
 NONFINITE = FigureSpec("nonfinite", "non-finite values", "d")
 NOISE = FigureSpec("baseline_err", "gradient rel L2 err of the noisiest single-device draw")
 RATIO = FigureSpec("err_ratio", "gradient err ratio (vs that noise)")
+# What a `single` case of the same model, shape, backend and dtype would show as its key figure, measured in this
+# case's launch: `harness ab` tells a changed model from it where the plan trains on no single layout.
+SINGLE_RUN = FigureSpec("single_grad_err", "gradient rel L2 err of the single-device run (same dtype)",
+                        role=SINGLE_DEVICE)
 STEPS = Option("steps", 3, "Optimizer steps a train case runs (and its reference holds).")
 
 
@@ -48,7 +52,7 @@ class TrainKind(Kind):
     checks = {"nonfinite": Check(), "missing_grad": Check("parameters", figure=False),
               "ranks_disagree": Check("parameters (or loss)"), "loss_exact": Check(), "loss_rel": Check(),
               "grad_rel": Check("parameters"), "weight_abs": Check("parameters"), "grad_err_ratio": Check()}
-    figures = (GRAD, LOSS, WORST, WEIGHTS, NONFINITE, NOISE, RATIO)
+    figures = (GRAD, LOSS, WORST, WEIGHTS, NONFINITE, NOISE, RATIO, SINGLE_RUN)
     torch_context_parallel = True  # the whole loop runs under `context_parallel` (tcp layouts, as torchtitan trains)
     options = (
         Option("models", None, "Models the train kind runs (default: those of --models).", is_list=True),
@@ -68,6 +72,11 @@ class TrainKind(Kind):
     limits = Option("limits", {"fp32": {"loss_rel": 1e-5, "grad_rel": 1e-4, "weight_abs": 1e-3}},
                     "fp32: loss rel err, each gradient's rel L2 err and the weights' max abs err after the last step.",
                     is_table=True)
+    # The quick plan trains two models on every family of parallel training once (tcp2: PyTorch's own context
+    # parallelism, flux trains in 0.7 s on two ranks); the full plan trains what its models, layouts and shapes are.
+    presets = {"quick": {"models": ["flux", "qwenimage"], "shapes": ["default"],
+                         "layouts": ["ulysses2", "ring2", "ring4", "ring2xulysses2", "tp2", "dp2", "dp2xulysses2",
+                                     "tcp2"]}}
 
     def policy(self, settings, dtype: str) -> TrainPolicy:
         return TrainPolicy(settings.limits(self.name, dtype), settings.of(self.name, "exact"),
@@ -75,6 +84,17 @@ class TrainKind(Kind):
 
     def applies(self, layout) -> bool:
         return True
+
+    def compile_slice(self, plan: str) -> list[str]:
+        """quick: flux under ulysses2. full: every model under ulysses2, and flux on each layout family and dp2."""
+        if plan == "quick":
+            return slice_ids(self.name, ("flux",), (("ulysses2", "native"),))
+        if plan != "full":
+            return []
+        from harness.catalogue.zoo import SPECS
+
+        return [*slice_ids(self.name, SPECS, (("ulysses2", "native"),)),
+                *slice_ids(self.name, ("flux",), (*FULL_COMPILE_FAMILIES, ("dp2", "native")))]
 
     def repro_script(self, case) -> str | None:
         layout = case.layout
@@ -286,6 +306,9 @@ class TrainKind(Kind):
             found += self._judge_fp32(metrics, policy.limits, policy.exact)
         else:
             found += self._judge_low_precision(result.dtype, metrics, policy, limits, figures)
+        single = metrics.get("noise", {}).get(SINGLE)
+        if single is not None:
+            figures.append(SINGLE_RUN.of(single["grad_err"]))
         worst = _worst_gradients(metrics, limits)
         result.extra["train"] = _details(metrics, limits)
         result.extra["blocks"] = _blocks(metrics, result.dtype, worst)

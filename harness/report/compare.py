@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.core.results import CaseResult
 from harness.report.data import BAD
 from harness.report.idsets import describe
 
@@ -51,25 +52,25 @@ class Comparison:
                 f"{len(self.only_old)} only in OLD")
 
 
-def status_changes(old_cases: list[dict[str, Any]], new_cases: list[dict[str, Any]]) -> Comparison:
+def status_changes(old_cases: list[CaseResult], new_cases: list[CaseResult]) -> Comparison:
     """Split the two runs' cases into changed status (in both), only in OLD and only in NEW."""
-    old = {c["case_id"]: c for c in old_cases}
-    new = {c["case_id"]: c for c in new_cases}
+    old = {c.case_id: c for c in old_cases}
+    new = {c.case_id: c for c in new_cases}
     comparison = Comparison()
     for case_id, after in new.items():
         before = old.get(case_id)
         if before is None:
             comparison.only_new.append(_one(after))
-        elif before["status"] != after["status"]:
-            comparison.changed.append({"case_id": case_id, "old": before["status"], "new": after["status"],
-                                       "old_reason": before["reason"], "new_reason": after["reason"]})
+        elif before.status is not after.status:
+            comparison.changed.append({"case_id": case_id, "old": before.status.value, "new": after.status.value,
+                                       "old_reason": before.reason, "new_reason": after.reason})
     comparison.only_old = [_one(case) for case_id, case in old.items() if case_id not in new]
     comparison.changed.sort(key=lambda change: 0 if is_regression(change) else 1)
     return comparison
 
 
-def _one(case: dict[str, Any]) -> dict[str, Any]:
-    return {"case_id": case["case_id"], "status": case["status"], "reason": case["reason"]}
+def _one(case: CaseResult) -> dict[str, Any]:
+    return {"case_id": case.case_id, "status": case.status.value, "reason": case.reason}
 
 
 def is_regression(change: dict[str, Any]) -> bool:
@@ -78,7 +79,8 @@ def is_regression(change: dict[str, Any]) -> bool:
 
 
 def status_tally(cases: list[dict[str, Any]]) -> str:
-    """`11 PASS, 1 FAIL`: the statuses of a set of cases, most common first."""
+    """`11 PASS, 1 FAIL`: the statuses of a set of rows with a "status" (this module's one-sided cases, `harness
+    ab`'s), most common first."""
     tally: dict[str, int] = {}
     for case in cases:
         tally[case["status"]] = tally.get(case["status"], 0) + 1

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.errors import HarnessError
+from harness.core.header import RunHeader
+from harness.core.results import CaseResult
 from harness.report.assets import page
 from harness.report.compare import WARN, Comparison, is_regression, status_changes, status_tally
 from harness.report.data import ANCHOR, BAD, STATUSES, link, load, status_counts
@@ -58,7 +60,7 @@ def compare_runs(old_dir: Path, new_dir: Path, out_dir: Path | None = None) -> C
     return comparison
 
 
-def _load(folder: Path, which: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _load(folder: Path, which: str) -> tuple[RunHeader, list[CaseResult]]:
     try:
         return load(folder)
     except HarnessError as error:
@@ -151,16 +153,16 @@ def _case_row(case: dict[str, Any], index: str | None, flag: str) -> str:
             f'<td><div class="reason-cell">{escape(case["reason"])}</div></td></tr>')
 
 
-def _run_row(name: str, folder: Path, header: dict, cases: list, out_dir: Path) -> str:
+def _run_row(name: str, folder: Path, header: RunHeader, cases: list[CaseResult], out_dir: Path) -> str:
     counts = status_counts(cases)
-    env = header.get("environment") or {}
+    env = header.environment or {}
     index = folder / "index.html"
     label = escape(str(folder))
     if index.exists():
         label = f'<a href="{escape(_relative(index, out_dir))}">{label}</a>'
     cells = "".join(f"<td>{counts.get(s, 0)}</td>" for s in STATUSES)
     return (f'<tr><th scope="row">{name}</th><td>{label}</td><td>{escape(str(env.get("diffusers") or ""))}</td>'
-            f'<td>{escape(str(header.get("started") or ""))}</td>{cells}</tr>')
+            f"<td>{escape(str(header.started or ''))}</td>{cells}</tr>")
 
 
 def _change_row(change: dict[str, Any], index: str | None) -> str:

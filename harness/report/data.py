@@ -1,4 +1,6 @@
-"""Reading results.json for the report: every case with every field of a result, whatever the file left out.
+"""Reading results.json for the report: the header and every case as the typed records they were written from
+(`RunHeader`, `CaseResult`), whatever the file left out, so that a view asks a record for a field by its name and a
+field that moves fails where it is read.
 
 The fields and their defaults are `CaseResult`'s own (read off the dataclass, not restated), the status order is
 `Status`'s, and a traceback stored once in the file's table is resolved back to text for each case that has it.
@@ -9,12 +11,14 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from harness.core.errors import HarnessError
+from harness.core.header import RunHeader
 from harness.core.results import CaseResult, Status, cases_of
 
 STATUSES = tuple(status.value for status in Status)
@@ -24,10 +28,13 @@ OBSERVED = "; observed "  # harness.run.verdict writes an XFAIL's reason as "<kn
 ANCHOR = "case-"  # index.html#case-<case id> opens that case
 # The fields people read as text: never None on the page (from CaseResult's annotations).
 TEXT = tuple(f.name for f in fields(CaseResult) if f.type in ("str", "str | None", "Status"))
+_CONTAINERS = {f.name: f.default_factory for f in fields(CaseResult) if f.default_factory is not MISSING}
+_TEXT_DEFAULTS = {f.name: str(f.default) if isinstance(f.default, str) else "" for f in fields(CaseResult)
+                  if f.name in TEXT}
 
 
-def load(report_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The header and the cases of `report_dir/results.json`, each case with every field of a result.
+def load(report_dir: Path) -> tuple[RunHeader, list[CaseResult]]:
+    """The header and the cases of `report_dir/results.json`, as records.
 
     A missing, unreadable or foreign file is a HarnessError that names it and says what to do."""
     path = Path(report_dir) / "results.json"
@@ -46,7 +53,7 @@ def load(report_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         cases = cases_of(payload)
     except ValueError as error:  # a traceback index without its table
         raise HarnessError(f"{path} is not whole ({error}); {fix}") from error
-    return payload.get("header") or {}, [normalise(case) for case in cases]
+    return RunHeader.from_dict(payload.get("header") or {}), [record(case) for case in cases]
 
 
 def _is_results(payload: Any) -> bool:
@@ -57,24 +64,25 @@ def _is_results(payload: Any) -> bool:
     return isinstance(cases, list) and all(isinstance(case, dict) for case in cases)
 
 
-def normalise(case: dict[str, Any]) -> dict[str, Any]:
-    """Every field of a result, with its default where the file has none; text never None; an unknown status is
-    shown as it is, not dropped."""
-    out = {}
-    for f in fields(CaseResult):
-        value = case.get(f.name)
-        if value is None and f.default_factory is not MISSING:
-            value = f.default_factory()
-        elif value is None and f.default is not MISSING:
-            value = f.default
-        out[f.name] = "" if value is None and f.name in TEXT else value
-    for name in TEXT:
-        out[name] = str(out[name].value if isinstance(out[name], Status) else out[name])
-    out["shape"] = out["shape"] or "default"
-    out["status"] = out["status"].upper() or Status.ERROR.value
-    for name, kind in (("extra", dict), ("figures", list), ("evidence", list)):
-        out[name] = kind(out[name]) if isinstance(out[name], kind) else kind()
-    return out
+def record(case: dict[str, Any]) -> CaseResult:
+    """A case of the file as its record: a field the file left out (an older or a hand-written file) takes its
+    default, text is never None, and a status this harness does not know reads as ERROR that says so (a page that
+    refused the file would show nothing at all)."""
+    given = dict(case)
+    for name, default in _TEXT_DEFAULTS.items():
+        given[name] = default if given.get(name) is None else str(given[name])
+    for name, factory in _CONTAINERS.items():
+        empty = factory()
+        given[name] = given[name] if isinstance(given.get(name), type(empty)) else empty
+    given["shape"] = given["shape"] or "default"
+    given["world_size"] = given.get("world_size") or 1
+    status = given["status"].upper()
+    if status not in STATUSES:
+        given["reason"] = (f"results.json gives the status {status or '(none)'!r}, which this report does not know"
+                           + (f"; {given['reason']}" if given["reason"] else ""))
+        status = Status.ERROR.value
+    given["status"] = status
+    return CaseResult.from_dict(given)
 
 
 def anchor(case_id: str) -> str:
@@ -92,28 +100,28 @@ def base_slug(case_id: str) -> str:
     return ANCHOR + (re.sub(r"[^A-Za-z0-9_.-]+", "-", case_id).strip("-") or "unnamed")
 
 
-def unique(values) -> list[str]:
+def unique(values: Iterable[str]) -> list[str]:
     """Distinct values in order of first appearance, which is the plan's order."""
     return list(dict.fromkeys(values))
 
 
-def ordered_statuses(values) -> list[str]:
-    """Statuses in `Status` order, then any status this harness does not know."""
+def ordered_statuses(values: Iterable[str]) -> list[str]:
+    """The statuses among `values`, in `Status` order."""
     present = set(values)
-    return [s for s in STATUSES if s in present] + [v for v in unique(values) if v not in STATUSES]
+    return [s for s in STATUSES if s in present]
 
 
-def status_counts(cases: list[dict[str, Any]]) -> dict[str, int]:
-    """Counts from the cases themselves (the truth on this page), known statuses first then any other."""
+def status_counts(cases: list[CaseResult]) -> dict[str, int]:
+    """Counts from the cases themselves (the truth on this page), in `Status` order."""
     counts = {status: 0 for status in STATUSES}
     for case in cases:
-        counts[case["status"]] = counts.get(case["status"], 0) + 1
+        counts[case.status.value] += 1
     return counts
 
 
-def issue_of(case: dict[str, Any]) -> str:
+def issue_of(case: CaseResult) -> str:
     """The known issue (or expected refusal) an XFAIL matched, without the observed error that differs per case."""
-    return case["reason"].split(OBSERVED, 1)[0]
+    return case.reason.split(OBSERVED, 1)[0]
 
 
 def plain(value: Any, spec: str = ".2f") -> str:

@@ -1,4 +1,5 @@
-"""What the server side of a case's detail decides: its badge, and which image paths the page may load.
+"""What the server side of a case's detail decides: its badge, which image paths the page may load, and which links
+to a traced cause it may show.
 
 The detail itself (figures against their limits, failed checks, detail blocks by type, pictures, where it breaks,
 communication, how it ran, the whole traceback) is drawn by the page script (static/detail.js) when the case is
@@ -24,3 +25,21 @@ def safe_relative(path: Any) -> str | None:
     if parts.scheme or parts.netloc or ":" in path.split("/")[0]:
         return None
     return quote(path.replace("\\", "/"), safe="/._-~")
+
+
+def outside_link(url: Any) -> str | None:
+    """A link out of the page (a known issue's traced cause) is followed, never loaded: only http(s) URLs are kept
+    (a `javascript:` or relative one would run or resolve against the report folder)."""
+    if not isinstance(url, str):
+        return None
+    parts = urlsplit(url.strip())
+    return url.strip() if parts.scheme in ("http", "https") and parts.netloc else None
+
+
+def cause_link(url: Any, text: str = "traced cause") -> str:
+    """An anchor to a known issue's traced cause, opened in a new tab; "" when there is no followable link."""
+    found = outside_link(url)
+    if found is None:
+        return ""
+    return (f'<a class="cause-link" href="{escape(found)}" target="_blank" rel="noopener noreferrer">'
+            f"{escape(text)} \u2197</a>")

@@ -11,7 +11,10 @@ thousands of XFAIL rows with the same few reasons and tracebacks. So:
 - a figure is [spec, value, limit, value/limit], its spec ([name, label, 1 for the cell's figure], the same in
   every case of a kind) an index into `f`, its value, limit and ratio text written in Python
   (harness.core.figures.written), so the page formats no figure itself; a failed check is [check, subject, value,
-  limit, known issue], at most SHOWN_CHECKS of each check, then [check, "", "", "", "", how many more];
+  limit, known issue, the band it excuses], at most SHOWN_CHECKS of each check, then [check, "", "", "", "", "", how
+  many more];
+- a case's known-issue entries ({key, title, link}, the same in thousands of XFAIL cases) are indices into the value
+  table `v`, a link kept only where a browser may follow it (detail.outside_link);
 - each `extra` value is stored once in the value table `v` (pack.py); "other data" (the extra keys no part of the
   page draws) only for the cases that need a look: for the others only the names of those keys.
 """
@@ -23,10 +26,10 @@ from collections import Counter
 from dataclasses import fields
 from typing import Any
 
-from harness.core import figures
 from harness.core.results import CaseResult
 from harness.report import axes, pack
 from harness.report.data import ANCHOR, ATTENTION, BAD, STATUSES, TEXT
+from harness.report.detail import outside_link
 
 _LEAD = ("status", "reason", "world_size")  # after the axes: what (nearly) every case has
 FIELDS = (*dict.fromkeys((*axes.names(), *_LEAD, *(f.name for f in fields(CaseResult)), "cell")),)
@@ -67,7 +70,7 @@ class _Text(str):
         return out
 
 
-def order(cases: list[dict[str, Any]]) -> list[str]:
+def order(cases: list[CaseResult]) -> list[str]:
     """FIELDS as a case's array has them: the axes and what every case has first, then the others by how many cases
     have them (so that a case's empty fields trail and are dropped), the id last (most cases leave it out)."""
     lead = [*axes.names(), *_LEAD]
@@ -76,11 +79,11 @@ def order(cases: list[dict[str, Any]]) -> list[str]:
     return [*lead, *sorted(rest, key=lambda name: -held[name]), "case_id"]
 
 
-def _held(case: dict[str, Any], name: str) -> bool:
-    return bool(figures.cell(case["figures"])) if name == "cell" else case[name] not in (None, "", [], {})
+def _held(case: CaseResult, name: str) -> bool:
+    return bool(case.cell) if name == "cell" else getattr(case, name) not in (None, "", [], {})
 
 
-def encode(cases: list[dict[str, Any]], groups: dict[str, list[int]]) -> dict[str, Any]:
+def encode(cases: list[CaseResult], groups: dict[str, list[int]]) -> dict[str, Any]:
     """The page's data: the axes and statuses it filters on, the tables, one array per case, the groups."""
     specs, values, names = Table(), Table(), order(cases)
     rows = [_row(case, names, specs, values) for case in cases]
@@ -96,26 +99,35 @@ def encode(cases: list[dict[str, Any]], groups: dict[str, list[int]]) -> dict[st
             "c": [_resolve(row, strings) for row in rows], "g": groups}
 
 
-def _row(case: dict[str, Any], names: list[str], specs: Table, values: Table) -> list[Any]:
-    own = case["status"] in ATTENTION or case["status"] not in STATUSES  # a case that needs a look: all its data
+def _row(case: CaseResult, names: list[str], specs: Table, values: Table) -> list[Any]:
+    own = case.status.needs_a_look  # a case that needs a look: all its data
     row: list[Any] = []
     for name in names:
         if name == "case_id":
-            value = None if case["case_id"] == axes.spell(case) else _Text.of(name, case["case_id"])
+            spelt = axes.spell({axis: getattr(case, axis) for axis in axes.names()})
+            value = None if case.case_id == spelt else _Text.of(name, case.case_id)
         elif name == "cell":
-            value = _Text.of(name, figures.cell(case["figures"])) if case["figures"] else None
+            value = _Text.of(name, case.cell) if case.figures else None
         elif name in TEXT:
-            value = _Text.of(name, case[name]) if case[name] else None
+            value = _Text.of(name, getattr(case, name)) if getattr(case, name) else None
         elif name == "figures":
-            value = [_figure(figure, specs) for figure in case["figures"]] or None
+            value = [_figure(figure, specs) for figure in case.figures] or None
         elif name == "evidence":
-            value = _evidence(case["evidence"]) or None
+            value = _evidence(case.evidence) or None
         elif name == "extra":
-            value = _extra(case["extra"], values, own) or None
+            value = _extra(case.extra, values, own) or None
+        elif name == "known_issues":
+            value = [values.index(_entry(entry)) for entry in case.known_issues] or None
         else:
-            value = pack.rounded(pack.finite(case[name]))
+            value = pack.rounded(pack.finite(getattr(case, name)))
         row.append(value)
     return _trimmed(row)
+
+
+def _entry(entry: dict[str, str]) -> dict[str, str]:
+    """A known-issue entry as the page shows it: its key, its title, and its link where a browser may follow it."""
+    return {"key": str(entry.get("key", "")), "title": str(entry.get("title", "")),
+            "link": outside_link(entry.get("link")) or ""}
 
 
 def _trimmed(row: list[Any]) -> list[Any]:
@@ -144,11 +156,12 @@ def _evidence(items: list[dict[str, Any]]) -> list[list[Any]]:
         seen[check] += 1
         if seen[check] <= SHOWN_CHECKS:
             texts = [item.get("check"), item.get("subject"), pack.number(item.get("value")),
-                     pack.number(item.get("limit")), item.get("known")]
+                     pack.number(item.get("limit")), item.get("known"), pack.band(item.get("band"))]
             out.append(_trimmed([_Text.of("evidence", text) for text in texts]))
     for check, count in seen.items():
         if count > SHOWN_CHECKS:
-            out.append([*(_Text.of("evidence", text) for text in (check, "", "", "", "")), count - SHOWN_CHECKS])
+            out.append([*(_Text.of("evidence", text) for text in (check, "", "", "", "", "")),
+                        count - SHOWN_CHECKS])
     return out
 
 

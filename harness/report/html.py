@@ -2,9 +2,10 @@
 
 It stays light on a full plan (22,800 cases): the records are embedded once as compact JSON (embed.py) and the page
 script (static/*.js) draws a case's detail only when it is opened, and a model's matrix only when its section is
-opened. The HTML itself holds what a reviewer reads first: the counts, the failing cases with their reasons, and the
-other cases summarised by reason (sections.py). The filters and the matrix follow the axes (axes.py), the status
-order `Status`'s.
+opened. The HTML itself holds what a reviewer reads first: the environment in one line, the counts, the failing
+cases with their reasons, and the other cases summarised by reason (sections.py). The filters and the matrix follow
+the axes (axes.py), the status order `Status`'s, and the matrix's legend names the figure each cell writes, from the
+figures the cases carry. Everything is read through the typed records (`RunHeader`, `CaseResult`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from harness.core.results import Status
+from harness.core.figures import cell_figure
+from harness.core.header import RunHeader
+from harness.core.results import CaseResult, Status
 from harness.report import axes
 from harness.report.assets import page
 from harness.report.data import BAD, STATUSES, load, ordered_statuses, plain, status_counts, unique
@@ -24,9 +27,9 @@ from harness.report.sections import Lists, attention_section, group_section, spl
 __all__ = ["render_html", "render_page"]
 
 ALWAYS_COUNTED = (Status.PASS.value, Status.FAIL.value)  # a count button even at 0: a run with none says so
-ENV_KEYS = ("torch", "diffusers", "diffusers_commit", "python", "device")
+ENV_KEYS = ("torch", "diffusers", "diffusers_commit", "python", "device")  # the environment's rows, in this order
 SCRIPTS = ("format.js", "charts.js", "detail.js", "matrix.js", "report.js")  # static/, in this order
-# What a page is for, from `header["purpose"]` (harness.run.selftest sets "selftest"): a banner on how to read it.
+# What a page is for, from `RunHeader.purpose` (harness.run.selftest sets "selftest"): a banner on how to read it.
 PURPOSES = {"selftest": "Selftest page: every case here carries a deliberate bug (a negative control), so FAIL is the "
                         "expected outcome; a PASS or an XPASS means a bug went unnoticed."}
 DIFFERS = ' class="differs"'
@@ -45,15 +48,15 @@ def render_html(report_dir: Path) -> Path:
     return out
 
 
-def render_page(header: dict[str, Any], cases: list[dict[str, Any]]) -> str:
+def render_page(header: RunHeader, cases: list[CaseResult]) -> str:
     """The whole document as a string, so tests and other writers need no files."""
     counts = status_counts(cases)
     lists = split(cases)
     bad = sum(counts.get(status, 0) for status in BAD)
     title = f"Parity report: {len(cases)} cases, {bad} failing"
     body = "".join([
-        f"<header><h1>Parity report</h1><p class=\"sub\">{_run_line(header, cases)}</p>{_time(header)}{_nav()}"
-        "</header>",
+        f"<header><h1>Parity report</h1><p class=\"sub\">{_run_line(header, cases)}</p>{_environment_line(header)}"
+        f"{_time(header)}{_nav()}</header>",
         _mismatch_banner(header),
         _purpose_banner(header),
         _counts(counts),
@@ -75,26 +78,37 @@ def _nav() -> str:
     return f'<nav class="jump" aria-label="sections">{links}</nav>'
 
 
-def _lists(lists: Lists, cases: list[dict[str, Any]]) -> str:
+def _lists(lists: Lists, cases: list[CaseResult]) -> str:
     return (group_section("known-issues", "Known issues (XFAIL)", lists.xfail, cases, "issue", "XFAIL")
             + group_section("skipped", "Skipped", lists.skip, cases, "reason", "SKIP")
             + group_section("passing", "Passing", lists.passing, cases, "group", "PASS"))
 
 
-def _run_line(header: dict[str, Any], cases: list[dict[str, Any]]) -> str:
+def _run_line(header: RunHeader, cases: list[CaseResult]) -> str:
     parts = [f"{len(cases)} cases"]
-    if header.get("started"):
-        parts.append(f"started {escape(str(header['started']))}")
-    if header.get("wall_s") is not None:
-        parts.append(f"wall {escape(plain(header['wall_s'], '.1f'))} s")
-    if header.get("launches") is not None:
-        parts.append(f"{escape(str(header['launches']))} launches")
+    if header.started:
+        parts.append(f"started {escape(str(header.started))}")
+    if header.wall_s:
+        parts.append(f"wall {escape(plain(header.wall_s, '.1f'))} s")
+    if header.launches:
+        parts.append(f"{escape(str(header.launches))} launches")
     return " \u00b7 ".join(parts)
 
 
-def _time(header: dict[str, Any]) -> str:
+def _environment_line(header: RunHeader) -> str:
+    """What ran, in the first screen: torch, diffusers, python and the device, and whether the references came from
+    the same diffusers (the Environment section at the end compares every row and holds the settings)."""
+    env = header.environment or {}
+    parts = [f"<b>{escape(key)}</b> {escape(_text(env.get(key)))}" for key in ENV_KEYS if env.get(key)]
+    if not parts:
+        return ""
+    parts.append(f'<a href="#environment">{escape(_reference_short(header))}</a>')
+    return f'<p class="env-line" id="env-line">{" &middot; ".join(parts)}</p>'
+
+
+def _time(header: RunHeader) -> str:
     """Where the wall time went (launch start-ups, each phase of the cases on rank 0), against the run's floor."""
-    breakdown = header.get("time_breakdown") or {}
+    breakdown = header.time_breakdown or {}
     if not breakdown:
         return ""
     rows = "".join(f'<tr><th scope="row">{escape(name)}</th><td>{escape(plain(value, ".1f"))} s</td></tr>'
@@ -106,45 +120,53 @@ def _time(header: dict[str, Any]) -> str:
             "recording); the reports are written after this page is (results.json has their time)</p></details>")
 
 
-def _mismatch_banner(header: dict[str, Any]) -> str:
+def _mismatch_banner(header: RunHeader) -> str:
     """A reference from another diffusers makes every verdict suspect, so it heads the page."""
-    text = str(header.get("version_mismatch") or "").strip()
+    text = str(header.version_mismatch or "").strip()
     if not text:
         return ""
     return f'<div class="banner" role="alert">\u26a0 Reference mismatch: {escape(text)}</div>'
 
 
-def _purpose_banner(header: dict[str, Any]) -> str:
-    text = PURPOSES.get(str(header.get("purpose") or ""))
+def _purpose_banner(header: RunHeader) -> str:
+    text = PURPOSES.get(str(header.purpose or ""))
     return f'<div class="banner purpose" role="note">{escape(text)}</div>' if text else ""
 
 
-def _environment(header: dict[str, Any], cases: list[dict[str, Any]]) -> str:
-    env = header.get("environment") or {}
-    ref = header.get("reference_environment") or {}
+def _environment(header: RunHeader, cases: list[CaseResult]) -> str:
+    env = header.environment or {}
+    ref = header.reference_environment or {}
     rows = []
     for key in ENV_KEYS:
         here, there = env.get(key), ref.get(key)
         differs = bool(ref) and key != "device" and there != here
         rows.append(f"<tr{DIFFERS if differs else ''}><th scope=\"row\">{escape(key)}</th>"
                     f"<td>{escape(_text(here))}</td><td>{escape(_text(there))}</td></tr>")
-    sizes = ", ".join(str(size) for size in sorted({int(c.get("world_size") or 1) for c in cases}))
+    sizes = ", ".join(str(size) for size in sorted({int(c.world_size or 1) for c in cases}))
     rows.append(f'<tr><th scope="row">world sizes</th><td>{escape(sizes or "-")}</td><td></td></tr>')
     return (
         '<section id="environment"><h2>Environment</h2>'
         f'<p class="env-note">{escape(_reference_note(header))}</p>'
         '<table class="env"><thead><tr><th></th><th scope="col">this run</th><th scope="col">references</th></tr>'
-        f"</thead><tbody>{''.join(rows)}</tbody></table>{_settings(header.get('settings'))}</section>"
+        f"</thead><tbody>{''.join(rows)}</tbody></table>{_settings(header.settings)}</section>"
     )
 
 
-def _reference_note(header: dict[str, Any]) -> str:
-    ref = header.get("reference_environment") or {}
-    if header.get("version_mismatch"):
+def _reference_note(header: RunHeader) -> str:
+    ref = header.reference_environment or {}
+    if header.version_mismatch:
         return "References were captured with a different diffusers (see the warning above)."
     if not ref:
         return "No reference metadata was recorded."
     return f"References were captured with the same diffusers version ({_text(ref.get('diffusers'))})."
+
+
+def _reference_short(header: RunHeader) -> str:
+    ref = header.reference_environment or {}
+    if not ref:
+        return "no reference metadata"
+    same = "differs, see above" if header.version_mismatch else "the same"
+    return f"references: diffusers {_text(ref.get('diffusers'))} ({same})"
 
 
 def _text(value: Any) -> str:
@@ -170,12 +192,12 @@ def _counts(counts: dict[str, int]) -> str:
     return f'<section id="summary"><h2>Results</h2><div class="counts">{buttons}</div></section>'
 
 
-def _filters(cases: list[dict[str, Any]]) -> str:
+def _filters(cases: list[CaseResult]) -> str:
     """Real form controls, so the filters work from the keyboard and with screen readers: the status and every axis
     on which the cases differ."""
-    selects = [_select("status", ordered_statuses(c["status"] for c in cases))]
+    selects = [_select("status", ordered_statuses(c.status.value for c in cases))]
     for name in axes.names():
-        values = unique(c[name] for c in cases)
+        values = unique(getattr(c, name) for c in cases)
         if len(values) > 1:
             selects.append(_select(name, values))
     return (
@@ -196,7 +218,7 @@ def _select(name: str, values: list[str]) -> str:
             "</label>")
 
 
-def _matrix(cases: list[dict[str, Any]]) -> str:
+def _matrix(cases: list[CaseResult]) -> str:
     """One closed section per value of the section axis (a model), those with a failing case first and open; the
     script draws a section's table (rows and columns from axes.matrix) when it is first opened."""
     if not cases:
@@ -205,7 +227,7 @@ def _matrix(cases: list[dict[str, Any]]) -> str:
     key = layout["section"][0] if layout["section"] else None
     by_section: dict[str, list[str]] = {}
     for case in cases:
-        by_section.setdefault(case[key] if key else "", []).append(case["status"])
+        by_section.setdefault(getattr(case, key) if key else "", []).append(case.status.value)
     failing = [value for value, statuses in by_section.items() if BAD.intersection(statuses)]
     order = failing + [value for value in by_section if value not in failing]
     sections = "".join(_section(value, by_section[value], value in failing) for value in order)
@@ -216,7 +238,7 @@ def _matrix(cases: list[dict[str, Any]]) -> str:
         f'<div class="legend">{legend}<span class="muted">rows {escape(" x ".join(layout["row"]))}, columns '
         f'{escape(" x ".join(layout["column"]))}; cell: status, then the case\'s key figure; hover for the reason, '
         "click or Enter for details, arrow keys move between cells. Rows and columns in which every case is SKIP "
-        f"are left out unless asked for above.</span></div>{sections}"
+        f"are left out unless asked for above.</span></div>{_cell_legend(cases)}{sections}"
         '<p class="none no-match" hidden>No case matches the filters.</p></section>'
     )
 
@@ -227,3 +249,29 @@ def _section(value: str, statuses: list[str], open_: bool) -> str:
     return (f'<details class="section" data-section="{escape(value)}"{" open" if open_ else ""}><summary>'
             f'<b class="section-name">{escape(value)}</b> <span class="muted">{len(statuses)} cases</span> {counts}'
             '</summary><div class="section-body"></div></details>')
+
+
+def _cell_legend(cases: list[CaseResult]) -> str:
+    """What the figure under a cell's status is: each figure the cases' cells write (the one a kind declares with a
+    cell format), by its label, with a cell it wrote (a non-zero one where there is) and the kinds whose cases write
+    it, all read from the cases."""
+    found: dict[tuple[str, str], list] = {}
+    for case in cases:
+        figure = cell_figure(case.figures)
+        if figure is None:
+            continue
+        key = (str(figure.get("name", "")), str(figure.get("label") or figure.get("name", "")))
+        entry = found.setdefault(key, [case.cell, bool(figure["value"]), []])
+        if not entry[1] and figure["value"]:
+            entry[:2] = [case.cell, True]
+        if case.kind not in entry[2]:
+            entry[2].append(case.kind)
+    if not found:
+        return ""
+    items = "".join(
+        f'<li data-figure="{escape(name)}"><code class="cell-example">{escape(example)}</code> '
+        f'<span class="cell-label">{escape(label)}</span> <span class="muted">({escape(", ".join(kinds))} '
+        "cases)</span></li>"
+        for (name, label), (example, _, kinds) in found.items())
+    return (f'<div class="cell-legend" id="cell-legend"><span>Under a cell\'s status, its case\'s key figure:'
+            f"</span><ul>{items}</ul></div>")

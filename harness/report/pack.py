@@ -2,7 +2,8 @@
 precise than the page shows them, and `extra` values packed so that what repeats across cases is stored once.
 
 A packed dict names in its "$" key the members it stores as indices into the value table (`packed`): a histogram's
-edges, a comms table, a table block's columns are the same in many cases. The page script's `unpack` reverses it.
+edges, a comms table, a table block's columns, a pictures block's note are the same in many cases. The page script's
+`unpack` reverses it.
 """
 
 from __future__ import annotations
@@ -63,9 +64,16 @@ def number(value: Any) -> str:
     return format(value, ".3g") if isinstance(value, (int, float)) and math.isfinite(value) else str(value)
 
 
+def band(low_high: Any) -> str:
+    """A known issue's measured band as the page writes it ("[0.15, 0.45]"; "" for none)."""
+    if not isinstance(low_high, (list, tuple)) or len(low_high) != 2:
+        return ""
+    return f"[{number(low_high[0])}, {number(low_high[1])}]"
+
+
 def packed(value: Any, values) -> Any:
-    """`value` with the larger members of each dict in it stored in `values` (a Table), named in the dict's "$"; a
-    table block's cells rounded to DIGITS (the page writes them so)."""
+    """`value` with the larger members of each dict in it (lists, dicts, text) stored in `values` (a Table), named
+    in the dict's "$"; a table block's cells rounded to DIGITS (the page writes them so)."""
     if isinstance(value, list):
         return [packed(item, values) for item in value]
     if not isinstance(value, dict):
@@ -75,7 +83,7 @@ def packed(value: Any, values) -> Any:
     out, refs = {}, []
     for key, item in value.items():
         item = packed(item, values)
-        if isinstance(item, (list, dict)) and len(json.dumps(item, separators=(",", ":"))) >= PACKED_MIN:
+        if isinstance(item, (list, dict, str)) and len(json.dumps(item, separators=(",", ":"))) >= PACKED_MIN:
             item, refs = values.index(item), [*refs, key]
         out[key] = item
     return {**out, REFS: refs} if refs else out

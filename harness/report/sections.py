@@ -2,19 +2,18 @@
 
 A full plan's thousands of SKIP and XFAIL cases say a few things many times over, so they are grouped by reason
 (a SKIP's reason, an XFAIL's known issue) with a count and exact id patterns; a group's rows are drawn by the page
-script only when it is opened. FAIL, ERROR, TIMEOUT, XPASS (and any status this page does not know) are listed
-first, one row each, always.
+script only when it is opened. FAIL, ERROR, TIMEOUT and XPASS are listed first, one row each, always. An XFAIL
+group is titled by the known-issue entries that excused its cases, each linked to its traced cause.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
 
-from harness.core import figures
-from harness.report.data import ATTENTION, STATUSES, anchor, issue_of
-from harness.report.detail import badge
+from harness.core.results import CaseResult, Status
+from harness.report.data import ATTENTION, anchor, issue_of
+from harness.report.detail import badge, cause_link
 from harness.report.idsets import compact
 
 PATTERN_CHARS = 1200  # past this many characters of id patterns a group says how many more there are
@@ -22,11 +21,15 @@ PATTERN_CHARS = 1200  # past this many characters of id patterns a group says ho
 
 @dataclass
 class Group:
-    """Cases sharing one reason; `key` names the group in the page's data (`g` in embed.encode)."""
+    """Cases sharing one reason; `key` names the group in the page's data (`g` in embed.encode). A group of known
+    issues is titled by its entries' titles, each linked to its traced cause (`entries`), with the reason they give
+    (`cause`) in its body; the page strips `cause` (or the title) from the front of each row's reason."""
 
     key: str
     title: str
     members: list[int] = field(default_factory=list)
+    entries: list[dict[str, str]] = field(default_factory=list)
+    cause: str = ""
 
 
 @dataclass
@@ -42,32 +45,41 @@ class Lists:
         return {group.key: group.members for group in (*self.xfail, *self.skip, *self.passing)}
 
 
-def split(cases: list[dict[str, Any]]) -> Lists:
-    """Failing and XPASS cases first (in that order of status, then plan order); XFAIL by known issue, SKIP by
-    reason, PASS with a note by note, plain PASS by model; the biggest group first."""
-    attention = sorted((i for i, case in enumerate(cases) if _needs_a_look(case)),
-                       key=lambda i: _rank(cases[i]["status"]))
+def split(cases: list[CaseResult]) -> Lists:
+    """Failing and XPASS cases first (in that order of status, then plan order); XFAIL by the known issues that
+    excused it (or the expected refusal), SKIP by reason, PASS with a note by note, plain PASS by model; the biggest
+    group first."""
+    attention = sorted((i for i, case in enumerate(cases) if case.status.needs_a_look),
+                       key=lambda i: ATTENTION.index(cases[i].status.value))
     xfail, skip, noted, plain = {}, {}, {}, {}
     for i, case in enumerate(cases):
-        status = case["status"]
-        if status == "XFAIL":
-            xfail.setdefault(issue_of(case), []).append(i)
-        elif status == "SKIP":
-            skip.setdefault(case["reason"], []).append(i)
-        elif status == "PASS" and case["reason"]:
-            noted.setdefault(case["reason"], []).append(i)
-        elif status == "PASS":
-            plain.setdefault(f"{case['model']}: passing", []).append(i)
+        if case.status is Status.XFAIL:
+            xfail.setdefault(_issues(case), []).append(i)
+        elif case.status is Status.SKIP:
+            skip.setdefault(case.reason, []).append(i)
+        elif case.status is Status.PASS and case.reason:
+            noted.setdefault(case.reason, []).append(i)
+        elif case.status is Status.PASS:
+            plain.setdefault(f"{case.model}: passing", []).append(i)
+    known = [_known(group, cases) for group in _groups("x", xfail)]
     passing = _groups("n", noted) + _groups("p", plain, by_size=False)
-    return Lists(attention, _groups("x", xfail), _groups("k", skip), passing)
+    return Lists(attention, known, _groups("k", skip), passing)
 
 
-def _needs_a_look(case: dict[str, Any]) -> bool:
-    return case["status"] in ATTENTION or case["status"] not in STATUSES
+def _issues(case: CaseResult) -> str:
+    """What groups an XFAIL: the entries that excused it, by key, or the refusal it matched."""
+    keys = [entry.get("key", "") for entry in case.known_issues]
+    return " + ".join(keys) if keys else issue_of(case)
 
 
-def _rank(status: str) -> int:
-    return ATTENTION.index(status) if status in ATTENTION else len(ATTENTION)
+def _known(group: Group, cases: list[CaseResult]) -> Group:
+    """An XFAIL group titled by its entries (as its first case carries them), the reason they give in its body."""
+    first = cases[group.members[0]]
+    if first.known_issues:
+        group.entries = first.known_issues
+        group.cause = issue_of(first)
+        group.title = " + ".join(entry.get("title") or entry.get("key", "") for entry in first.known_issues)
+    return group
 
 
 def _groups(prefix: str, members: dict[str, list[int]], by_size: bool = True) -> list[Group]:
@@ -75,11 +87,11 @@ def _groups(prefix: str, members: dict[str, list[int]], by_size: bool = True) ->
     return [Group(f"{prefix}{n}", title, indices) for n, (title, indices) in enumerate(items)]
 
 
-def attention_section(cases: list[dict[str, Any]], indices: list[int]) -> str:
+def attention_section(cases: list[CaseResult], indices: list[int]) -> str:
     """One row per failing or XPASS case: status, id (opens the detail), its key figure and its whole reason."""
     tally: dict[str, int] = {}
     for i in indices:
-        tally[cases[i]["status"]] = tally.get(cases[i]["status"], 0) + 1
+        tally[cases[i].status.value] = tally.get(cases[i].status.value, 0) + 1
     counts = ", ".join(f"{n} {status}" for status, n in tally.items())
     heading = f"<h2>Needs a look ({len(indices)}{': ' + escape(counts) if counts else ''})</h2>"
     if not indices:
@@ -92,15 +104,15 @@ def attention_section(cases: list[dict[str, Any]], indices: list[int]) -> str:
             "</section>")
 
 
-def case_row(case: dict[str, Any], index: int) -> str:
+def case_row(case: CaseResult, index: int) -> str:
     """The same row the page script draws in an opened group (static/report.js `caseRow`), so both look alike."""
-    return (f'<tr class="case-row" data-i="{index}"><td>{badge(case["status"])}</td>'
-            f'<td><a class="case-link" href="#{escape(anchor(case["case_id"]))}"><code>{escape(case["case_id"])}'
-            f'</code></a></td><td class="n">{escape(figures.cell(case["figures"]))}</td>'
-            f'<td><div class="reason-cell">{escape(case["reason"])}</div></td></tr>')
+    return (f'<tr class="case-row" data-i="{index}"><td>{badge(case.status.value)}</td>'
+            f'<td><a class="case-link" href="#{escape(anchor(case.case_id))}"><code>{escape(case.case_id)}'
+            f'</code></a></td><td class="n">{escape(case.cell)}</td>'
+            f'<td><div class="reason-cell">{escape(case.reason)}</div></td></tr>')
 
 
-def group_section(section_id: str, title: str, groups: list[Group], cases: list[dict[str, Any]], what: str,
+def group_section(section_id: str, title: str, groups: list[Group], cases: list[CaseResult], what: str,
                   status: str) -> str:
     """A heading with totals, then one closed <details> per group: count, reason, id patterns; rows on opening."""
     total = sum(len(group.members) for group in groups)
@@ -113,14 +125,21 @@ def group_section(section_id: str, title: str, groups: list[Group], cases: list[
             '<p class="none no-match" hidden>No case here matches the filters.</p></section>')
 
 
-def _group(group: Group, cases: list[dict[str, Any]], status: str) -> str:
+def _group(group: Group, cases: list[CaseResult], status: str) -> str:
     count = len(group.members)
+    cause = f'<p class="cause">{escape(group.cause)}</p>' if group.cause else ""
     return (
         f'<details class="group s-{status}" data-group="{group.key}"><summary><b class="n">{count}</b> '
-        f'<span class="why">{escape(group.title or "(no reason given)")}</span></summary>'
-        f'<div class="group-body">{patterns([cases[i]["case_id"] for i in group.members])}'
+        f'<span class="why">{escape(group.title or "(no reason given)")}</span>{_entries(group.entries)}</summary>'
+        f'<div class="group-body">{cause}{patterns([cases[i].case_id for i in group.members])}'
         '<div class="rows"></div></div></details>'
     )
+
+
+def _entries(entries: list[dict[str, str]]) -> str:
+    """Each known-issue entry's traced cause and where it is listed, after the group's title."""
+    return "".join(f' <span class="entry">{cause_link(entry.get("link", ""))}<span class="muted">'
+                   f'{escape(entry.get("key", ""))}</span></span>' for entry in entries)
 
 
 def patterns(case_ids: list[str]) -> str:

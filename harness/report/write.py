@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from harness.core.header import RunHeader
 from harness.core.results import CaseResult, write_results
 from harness.report import matrix
 from harness.report.html import render_html
@@ -14,10 +15,11 @@ from harness.report.html import render_html
 def write_reports(report_dir: Path, results: list[CaseResult], header: dict) -> None:
     write_results(report_dir / "results.json", results, header)
     matrix.write_csv(results, report_dir / "matrix.csv")
-    lines = [f"diffusers {header['environment']['diffusers']}, torch {header['environment']['torch']}, "
-             f"{header['environment']['device']}", ""]
-    if header.get("version_mismatch"):
-        lines += [f"> {header['version_mismatch']}", ""]
+    typed = RunHeader.from_dict(header)
+    env = typed.environment
+    lines = [f"diffusers {env.get('diffusers')}, torch {env.get('torch')}, {env.get('device')}", ""]
+    if typed.version_mismatch:
+        lines += [f"> {typed.version_mismatch}", ""]
     text = matrix.markdown(results, lines)
     (report_dir / "matrix.md").write_text(text)
     render_html(report_dir)

@@ -1,6 +1,8 @@
 """Known failures, listed with their reason and link: each entry excuses the evidence it names, nothing more.
 
-The file is TOML, one `[[issue]]` table per entry. `match` is a glob (or a list) over case ids, and `diffusers` (a
+The file is TOML, one `[[issue]]` table per entry: its `title` (a few words a view names it by), its `reason` (the
+traced cause in words) and its `link` (where the cause is: the line of diffusers or torch, or the upstream issue).
+`match` is a glob (or a list) over case ids, and `diffusers` (a
 PEP 440 range such as ">=0.37,<0.40") limits the entry to the releases that have the issue. A glob matches a case's
 id with or without its mode (harness.core.modes): an issue of diffusers is the same compiled, and its evidence must
 still lie in the bands measured eager; `modes` (a list) limits the entry to those modes. What it excuses:
@@ -28,7 +30,7 @@ from harness.core.errors import HarnessError
 from harness.core.evidence import Evidence
 from harness.core.modes import MODES, eager_id
 
-_KEYS = {"match", "reason", "link", "error_contains", "diffusers", "status", "evidence", "modes"}
+_KEYS = {"match", "title", "reason", "link", "error_contains", "diffusers", "status", "evidence", "modes"}
 _EXCUSE_KEYS = {"subjects", "band", "contains"}
 
 
@@ -58,13 +60,14 @@ class Excuse:
 class KnownIssue:
     match: str | tuple[str, ...]
     reason: str
-    link: str = ""
+    link: str = ""  # where the traced cause is (a source line, an upstream issue or PR)
     error_contains: str | tuple[str, ...] = ""
     diffusers: str = ""  # a version range, e.g. ">=0.40"; empty: every release
     status: str = "ERROR"  # ERROR: excuses an error by its text; FAIL: excuses the checks of `evidence`
     evidence: dict[str, Excuse] = field(default_factory=dict)
     modes: tuple[str, ...] = ()  # the modes it is about (harness.core.modes); empty: every mode
     key: str = ""  # where the entry is ("known_issues.toml #3"), to name it in results and warnings
+    title: str = ""  # a few words that name it; empty: the first clause of its reason
 
     def applies(self, case_id: str, version: str | None = None) -> bool:
         """Whether the entry is about this case: its id (one glob or a list) and, if it names a range, the installed
@@ -101,10 +104,24 @@ class KnownIssue:
         return f"known issue: {self.reason}" + (f" ({self.link})" if self.link else "")
 
     @property
+    def heading(self) -> str:
+        """The entry in a few words: its title, or its reason's first clause."""
+        head = self.title or self.reason.split(":")[0].split(";")[0]
+        return f"{head[:80]}{'...' if len(head) > 80 else ''}"
+
+    @property
     def short(self) -> str:
-        """The entry in a few words: its reason's first clause and where it is."""
-        head = self.reason.split(":")[0].split(";")[0]
-        return f"{head[:80]}{'...' if len(head) > 80 else ''} [{self.key}]"
+        """The entry in a few words and where it is."""
+        return f"{self.heading} [{self.key}]"
+
+    def reference(self) -> dict[str, str]:
+        """What a result keeps of the entry (CaseResult.known_issues): where it is, its name, its traced cause."""
+        return {"key": self.key, "title": self.heading, "link": self.link}
+
+    def band(self, item: Evidence) -> tuple[float, float] | None:
+        """The measured band this entry excuses `item`'s figure in (None: an error, or a check without a band)."""
+        excuse = self.evidence.get(item.check) if self.status == "FAIL" else None
+        return excuse.band if excuse is not None else None
 
 
 def load_known_issues(path: Path) -> list[KnownIssue]:
@@ -135,7 +152,7 @@ def _issue(path: Path, index: int, entry: dict) -> KnownIssue:
     if unknown_modes:
         raise HarnessError(f"{where}: unknown modes {unknown_modes} in 'modes'; valid modes: {', '.join(MODES)}")
     fields["modes"] = tuple(modes)
-    for key in ("reason", "link", "diffusers", "status"):
+    for key in ("title", "reason", "link", "diffusers", "status"):
         if not isinstance(fields.get(key, ""), str):
             raise HarnessError(f"{where}: '{key}' must be a string")
     status = fields.setdefault("status", "FAIL" if "evidence" in fields else "ERROR")

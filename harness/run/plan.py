@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 
+from harness import faults
 from harness.catalogue.zoo import SPECS, get_spec
 from harness.core import axes, compat
 from harness.core.dtypes import torch_dtype
@@ -17,7 +18,6 @@ from harness.core.records import Case, without_fault
 from harness.kinds import KINDS, kind_of
 from harness.rank import backends as backend_info
 from harness.rank import cpu as cpu_shims
-from harness.rank import faults
 from harness.run import launchers
 from harness.run.launchers import Capacity
 

@@ -1,6 +1,6 @@
 """`harness selftest`: prove on this stack that a PASS means something.
 
-Runs real cases with deliberate bugs (harness.rank.faults) next to the same cases without them. The harness passes
+Runs real cases with deliberate bugs (harness.faults) next to the same cases without them. The harness passes
 its own test only if every faulty case is FAIL for the expected reason and every clean twin is PASS.
 """
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from harness import faults
+from harness.core import axes
 from harness.core.layouts import parse_layout
 from harness.core.records import Case, case_id
 from harness.core.results import Status
@@ -28,6 +30,9 @@ class Control:
     kind: str = "tensor"
     clean: Status = Status.PASS  # the clean twin's status (XFAIL: a known issue the fault must not hide behind)
     mode: str = "eager"  # compiled modes (harness.core.modes): the bug must be caught in what the compiler made
+
+    def __post_init__(self):
+        faults.check(self.fault)  # a misspelt fault fails as the table is read, not in the middle of a selftest
 
     @property
     def clean_id(self) -> str:
@@ -117,13 +122,17 @@ class Broken:
     model: str
     layout: str
     backend: str
-    fault: str  # `kind:module.path` (harness.rank.faults.TARGETED)
+    fault: str  # `name:module.path`, a targeted fault (harness.faults.targeted)
     dtype: str = "fp32"
     kind: str = "tensor"
 
+    def __post_init__(self):
+        if not self.module:  # read through the registry: an unknown fault fails as the table is read
+            raise ValueError(f"{self.fault!r}: a localization control needs a targeted fault (`name:module.path`)")
+
     @property
     def module(self) -> str:
-        return self.fault.partition(":")[2]
+        return faults.find(self.fault)[1]
 
     @property
     def case(self) -> Case:
@@ -208,7 +217,7 @@ def localize_selftest(settings: Settings, echo: Callable[[str], None] = print) -
         found = broken.named(line)
         named += found
         echo(f"  {'named ' if found else 'MISSED'}  {broken.case.case_id:78s} {line}")
-    clean = [r for r in summary.results if r.case_id in seen and "+" not in r.case_id]
+    clean = [r for r in summary.results if r.case_id in seen and axes.parse(r.case_id)["fault"] is None]
     noisy = [r for r in clean if r.first_divergence and not r.first_divergence.startswith("none")]
     for result in noisy:
         echo(f"  NOISY   {result.case_id}: a clean case localized to {result.first_divergence}")
@@ -225,11 +234,10 @@ REGISTRY_CELLS = (["single", "ulysses2", "ring2", "tp2"], ["native", "_native_fl
 def registry_control(settings: Settings) -> tuple[bool, str]:
     """A registration mistake at import (`_native_flash` holding `native`'s function) must make every cell of both
     names an ERROR at plan time: no case of either can prove which backend ran."""
-    from harness.rank import faults
     from harness.run.plan import build_plan
 
     layouts, names, dtypes, kinds = REGISTRY_CELLS
-    with faults.registry_rewritten(*REGISTRY_MIXUP):
+    with faults.backends.registry_rewritten(*REGISTRY_MIXUP):
         plan = build_plan(["flux"], layouts, names, dtypes, cpu_max_ranks=settings.cpu_max_ranks, kinds=kinds)
     cells = [p for p in plan if p.skip_reason is None]
     wrong = [p.case.case_id for p in cells if p.plan_error is None]

@@ -2,7 +2,8 @@
 
 The run's own options are the fields of `Settings`; each kind declares its own (harness.kinds: `Kind.options`, its
 per-dtype `limits`), written `[tool.harness.<kind>] <name>` in pyproject.toml and `--<kind>-<name>` on the command
-line. Precedence: command line > `--plan` preset > `[tool.harness]` > the default.
+line. Precedence: command line > `[tool.harness]` > `--plan` preset > the default: a preset fills only what neither
+the command line nor the project's file gives (docs/commands.md says why; tests/unit/test_settings.py pins it).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.catalogue.zoo import SPECS
 from harness.core.backend_names import CUDA_ONLY, EVERY_DEVICE
 from harness.core.errors import HarnessError
 from harness.core.layouts import DEFAULT_LAYOUTS, FULL_LAYOUTS
@@ -21,6 +21,21 @@ from harness.core.options import DTYPE_KEYS, Option
 from harness.kinds import KINDS
 from harness.report.images import POLICIES
 from harness.run.launchers import LAUNCHERS
+
+# What each `--plan` sets of the run's own options (the kinds add theirs: `preset`). quick: what CI runs, the default;
+# full: every model, shape and layout, the GPU backends, fp16, and diffusers' refusals checked.
+RUN_PRESETS: dict[str, dict[str, Any]] = {
+    "quick": {"modes": ["eager", "compile"]},
+    "full": {
+        "models": "all",
+        "shapes": ["all"],
+        "layouts": list(FULL_LAYOUTS),
+        "backends": [*EVERY_DEVICE, *CUDA_ONLY],
+        "dtypes": ["fp32", "bf16", "fp16"],
+        "check_refusals": True,
+        "modes": ["eager", "compile"],
+    },
+}
 
 
 def _option(default: Any, help: str, is_list: bool = False, choices: tuple[str, ...] = ()):
@@ -34,7 +49,7 @@ class Settings:
     `[tool.harness]` key (`case_timeout`) each. `root` is the folder relative paths are taken from."""
 
     plan: str = _option("quick", "Preset for the options not given: quick (CI) or full (everything).",
-                        choices=("quick", "full"))
+                        choices=tuple(RUN_PRESETS))
     models: list[str] = _option(["flux", "flux2", "qwenimage"], "Models of the zoo to run, comma-separated.", True)
     kinds: list[str] = _option(list(KINDS), "Kinds of case to run: " + ", ".join(f"{kind.name} ({kind.help})"
                                                                                for kind in KINDS.values()) + ".",
@@ -142,40 +157,14 @@ OPTIONS.update({option.key: option for kind in KINDS.values() for option in kind
 # The options `harness run` and the pytest plugin take as flags (capture and selftest take subsets).
 RUN_OPTIONS = tuple(name for name, option in OPTIONS.items() if not option.is_table)
 
-# tcp2: PyTorch's own context parallelism, the quick plan's slice of it (flux trains in 0.7 s on two ranks)
-QUICK_TRAIN_LAYOUTS = ["ulysses2", "ring2", "ring4", "ring2xulysses2", "tp2", "dp2", "dp2xulysses2", "tcp2"]
-
-# The quick plan's compile slice (Inductor; about 4 minutes cold, 1 warm, on 2 cores: docs/compile.md): two models
-# on one layout of each family it compiles (ring's native backend is a known refusal; the full plan compiles ring),
-# fp32, bf16 on flux, and one train case.
-QUICK_COMPILE = [*(f"{model}/{layout}/native/fp32/tensor" for model in ("flux", "qwenimage")
-                   for layout in ("single", "ulysses2", "tp2")),
-                 "flux/single/native/bf16/tensor", "flux/ulysses2/native/bf16/tensor",
-                 "flux/ulysses2/native/fp32/train"]
-
-# The full plan's, sized to about 15 minutes of Inductor on 2 cores (docs/compile.md): every model under ulysses2 in
-# each kind, and each other layout family on flux (and qwenimage for the tensor kind), fp32, the default shape.
-_FAMILIES = (("single", "native"), ("ring2", "_native_flash"), ("tp2", "native"), ("tcp2", "native"))
-FULL_COMPILE = [*(f"{model}/ulysses2/native/fp32/{kind}" for model in SPECS for kind in ("tensor", "image", "train")),
-                *(f"{model}/{layout}/{backend}/fp32/tensor" for model in ("flux", "qwenimage")
-                  for layout, backend in _FAMILIES),
-                *(f"flux/{layout}/{backend}/fp32/train" for layout, backend in (*_FAMILIES, ("dp2", "native"))),
-                "flux/single/native/fp32/image"]
-
-PLANS = {
-    "quick": {"train_models": ["flux", "qwenimage"], "train_layouts": QUICK_TRAIN_LAYOUTS, "train_shapes": ["default"],
-              "modes": ["eager", "compile"], "compile_cases": QUICK_COMPILE},
-    "full": {
-        "models": "all",
-        "shapes": ["all"],
-        "layouts": list(FULL_LAYOUTS),
-        "backends": [*EVERY_DEVICE, *CUDA_ONLY],
-        "dtypes": ["fp32", "bf16", "fp16"],
-        "check_refusals": True,
-        "modes": ["eager", "compile"],
-        "compile_cases": FULL_COMPILE,
-    },
-}
+def preset(plan: str) -> dict[str, Any]:
+    """What `--plan <plan>` sets, by flat key: the run's own options (`RUN_PRESETS`), each kind's (`Kind.presets`),
+    and the compile slice its kinds name (`Kind.compile_slice`)."""
+    values = dict(RUN_PRESETS[plan])
+    for kind in KINDS.values():
+        values.update({f"{kind.name}_{name}": value for name, value in kind.presets.get(plan, {}).items()})
+    compiled = [case_id for kind in KINDS.values() for case_id in kind.compile_slice(plan)]
+    return {**values, "compile_cases": compiled} if compiled else values
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -202,11 +191,11 @@ def load_settings(overrides: dict[str, Any] | None = None, start: Path | None = 
     given = _from_pyproject(table, values, pyproject)
     overrides = {key: value for key, value in (overrides or {}).items() if value is not None}
     plan = overrides.get("plan", values["plan"])
-    if plan not in PLANS:
+    if plan not in RUN_PRESETS:
         raise HarnessError(f"unknown plan {plan!r}; valid plans: {', '.join(OPTIONS['plan'].choices)}")
     explicit = given | set(overrides)
-    preset = {key: value for key, value in PLANS[plan].items() if key not in explicit}
-    for key, value in {**preset, **overrides}.items():
+    filled = {key: value for key, value in preset(plan).items() if key not in explicit}
+    for key, value in {**filled, **overrides}.items():
         values[key] = split_list(value) if OPTIONS[key].is_list else value
     for kind in KINDS:  # `--models wan --kinds train` trains wan: a scope the user gives is every kind's
         for axis in SCOPED:

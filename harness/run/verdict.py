@@ -183,6 +183,7 @@ def apply_known_issues(result: CaseResult, issues: list[KnownIssue]) -> CaseResu
         return result
     if result.status is Status.PASS:
         result.extra["known_issue"] = [issue.key for issue in listed]
+        result.known_issues = [issue.reference() for issue in listed]
         result.status = Status.XPASS
         result.reason = f"known issue no longer reproduces (XPASS): {listed[0].reason}; remove or narrow its entry"
         return result
@@ -195,7 +196,8 @@ def apply_known_issues(result: CaseResult, issues: list[KnownIssue]) -> CaseResu
         return result
     used = [issue for issue in listed if any(found is issue for found in excused.values())]
     result.extra["known_issue"] = [issue.key for issue in used]
-    result.evidence = [{**item, "known": excused[index].key} if index in excused else item
+    result.known_issues = [issue.reference() for issue in used]
+    result.evidence = [_excused(item, excused[index], items[index]) if index in excused else item
                        for index, item in enumerate(result.evidence)]
     left = [item for index, item in enumerate(items) if index not in excused]
     observed = f"{result.status.value}: {result.reason}"
@@ -209,6 +211,12 @@ def apply_known_issues(result: CaseResult, issues: list[KnownIssue]) -> CaseResu
     result.status = status_of(left)
     result.reason = f"{evidence.reason(left)}; also known: {known} ({'; '.join(issue.short for issue in used)})"
     return result
+
+
+def _excused(item: dict, issue: KnownIssue, found: Evidence) -> dict:
+    """A failed check as an entry excuses it: the entry's key, and the band its figure sat in where it has one."""
+    band = issue.band(found)
+    return {**item, "known": issue.key, **({"band": list(band)} if band is not None else {})}
 
 
 def note_repro(result: CaseResult, case) -> CaseResult:

@@ -3,8 +3,9 @@
 Each revision gets its environment (harness.versions.envs). The base runs the plan with references it captures
 itself (`<report-dir>/references`, reused by the next `ab` while the base revision and the harness's code are the
 same); the head runs the same plan against a copy of those references. So the head's single-device cases measure
-the head's model against the base's (the model itself changed), while each case's `vs_baseline_max_abs` measures a
-layout against its own revision's single-device run (the parallel parity of that side). `harness report --compare`'s
+the head's model against the base's (the model itself changed), while the figure a kind marks PARITY
+(harness.core.figures; the tensor kind's `vs_baseline_max_abs`) measures a layout against its own revision's
+single-device run (the parallel parity of that side). `harness report --compare`'s
 logic (harness.report.compare) gives the status changes; a regression exits 1.
 """
 
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.run.settings import OPTIONS
 from harness.versions import ab_report
 from harness.versions.envs import Env, env_for
 from harness.versions.revisions import parse_revision
@@ -55,12 +57,13 @@ def ab(base_text: str, head_text: str, flags: list[str], report_dir: Path, cache
 
 
 def with_single(flags: list[str], echo: Callable[[str], None]) -> list[str]:
-    """The plan's flags with the `single` layout in every layout list given: the head's single-device output against
-    the base's reference is what tells a changed model from a parallel bug."""
+    """The plan's flags with the `single` layout in every layout list given (`--layouts` and a kind's own): the
+    head's single-device output against the base's reference is what tells a changed model from a parallel bug."""
+    layout_lists = {f"--{key.replace('_', '-')}" for key, option in OPTIONS.items() if option.name == "layouts"}
     out = []
     for flag in flags:
         name, _, value = flag.partition("=")
-        if name in ("--layouts", "--train-layouts") and "single" not in value.split(","):
+        if name in layout_lists and "single" not in value.split(","):
             echo(f"ab: {name} gets the single layout too (the head's single-device output against the base's "
                  "reference shows whether the model itself changed)")
             flag = f"{name}=single,{value}"

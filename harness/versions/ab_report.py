@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.core.errors import HarnessError
-from harness.report.compare import changed_markdown, status_tally
+from harness.core.figures import PARITY, SINGLE_DEVICE, with_role
+from harness.core.results import CaseResult, Status
+from harness.report.compare import changed_markdown
 from harness.report.compare_page import compare_runs
-from harness.versions.sides import key_figure, results, status_line
+from harness.versions.sides import key_figure, results, status_line, tally
 
 MOST_REPROS = 20  # scripts written per side; more FAILs are listed by the matrix
 
@@ -48,53 +50,75 @@ def write(report_dir: Path, envs: dict, captured: list[str], timings: dict) -> R
     return Report(lines, comparison.exit_code)
 
 
-def single_device(base: list[dict], head: list[dict]) -> dict:
-    """The head's fp32 single-device cases (against the base's reference) beside the base's own, and the train
-    cases' single-device baselines where the plan has no single train case."""
-    twins = {case["case_id"]: case for case in base}
-    rows = [(case["case_id"], twins.get(case["case_id"]), case) for case in head
-            if case["layout"] == "single" and case["dtype"] == "fp32"]
-    have = {(case["model"], case["shape"], case["kind"], case["backend"]) for _, _, case in rows}
+def single_device(base: list[CaseResult], head: list[CaseResult]) -> dict:
+    """The head's fp32 single-device cases (against the base's reference) beside the base's own; where the plan has
+    no single-device case of a model, shape, kind, backend and mode, the single-device run measured inside one of its
+    parallel cases (the figure its kind marks SINGLE_DEVICE), the head's beside the base's."""
+    twins = {case.case_id: case for case in base}
+    singles = [case for case in head if case.world_size == 1 and case.dtype == "fp32"]
+    rows = [(case.case_id, _figures(twins.get(case.case_id)), _figures(case)) for case in singles]
+    errors = [figure[1] for figure in map(key_figure, singles) if figure]
+    have = {_runs_alike(case) for case in singles}
     for case in head:
-        baseline = ((((case.get("extra") or {}).get("train") or {}).get("noise")) or {}).get("single")
-        key = (case["model"], case["shape"], case["kind"], case["backend"])
-        if baseline and case["dtype"] == "fp32" and key not in have:
-            have.add(key)
-            rows.append((f"{case['case_id']} (its single-device run)", None,
-                         {"status": "", "reason": "", "figures": [{"name": "grad_err", "cell": "g{value:.0e}",
-                                                                   "value": baseline.get("grad_err")}]}))
-    changed = [case_id for case_id, before, after in rows
-               if after["status"] == "FAIL" and (before is None or before["status"] != "FAIL")]
-    worst = max((key_figure(after)[1] for _, _, after in rows if key_figure(after)), default=None)
+        figure = with_role(case.figures, SINGLE_DEVICE)
+        if figure is None or case.dtype != "fp32" or _runs_alike(case) in have:
+            continue
+        have.add(_runs_alike(case))
+        rows.append((f"{case.case_id} (its single-device run)", _single_run(twins.get(case.case_id)),
+                     _single_run(case)))
+        errors.append(float(figure["value"]))
+    changed = [case.case_id for case in singles if case.status is Status.FAIL
+               and (twins.get(case.case_id) is None or twins[case.case_id].status is not Status.FAIL)]
+    worst = max(errors, default=None)
     verdict = ("the model itself changed: " + ", ".join(changed) if changed else
                "unchanged" + (f" (largest error {worst:.3g})" if worst is not None else "") if rows else
                "not measured (no single-device case in the plan)")
     return {"rows": rows, "changed": changed, "verdict": verdict}
 
 
-def parity_of(cases: list[dict]) -> dict:
-    """The parallel cases' statuses, and how far the worst fp32 tensor layout is from its own single-device run."""
-    parallel = [case for case in cases if (case.get("world_size") or 1) > 1]
-    measured = [(case["extra"]["vs_baseline_max_abs"], case["case_id"]) for case in parallel
-                if case["dtype"] == "fp32" and isinstance((case.get("extra") or {}).get("vs_baseline_max_abs"),
-                                                           int | float)]
-    return {"tally": status_tally(parallel), "worst": max(measured, default=None)}
+def _runs_alike(case: CaseResult) -> tuple[str, ...]:
+    """What a case's single-device run is the same for: all but its layout and dtype."""
+    return case.model, case.shape, case.kind, case.backend, case.mode
 
 
-def write_repros(report_dir: Path, side: str, env, cases: list[dict]) -> list[tuple[str, str]]:
+def _single_run(case: CaseResult | None) -> str:
+    """The single-device run measured inside a parallel case, as `name=value` ("-" where there is none)."""
+    figure = with_role(case.figures, SINGLE_DEVICE) if case is not None else None
+    return "-" if figure is None else f"{figure['name']}={figure['value']:.3g}"
+
+
+def parity_of(cases: list[CaseResult]) -> dict:
+    """The parallel cases' statuses, and, per kind, the fp32 case whose layout is furthest from its own
+    single-device run (the figure its kind marks PARITY): {kind: (value, case id)}."""
+    parallel = [case for case in cases if case.world_size > 1]
+    worst: dict[str, tuple[float, str]] = {}
+    for case in parallel:
+        figure = with_role(case.figures, PARITY)
+        if figure is not None and case.dtype == "fp32":
+            entry = (float(figure["value"]), case.case_id)
+            worst[case.kind] = max(worst.get(case.kind, entry), entry)
+    return {"tally": tally(parallel), "worst": worst}
+
+
+def parity_text(worst: dict[str, tuple[float, str]], code: str = "") -> str:
+    """`tensor 2.4e-07 (flux/ulysses2/native/fp32/tensor)` per kind; `code` quotes the case id (Markdown)."""
+    return ", ".join(f"{kind} {value:.3g} ({code}{case_id}{code})" for kind, (value, case_id) in worst.items())
+
+
+def write_repros(report_dir: Path, side: str, env, cases: list[CaseResult]) -> list[tuple[str, str]]:
     """(case id, the command that runs its script with this side's diffusers) for each FAIL; or why not scripted."""
     from harness.versions.repro import run_command, write_repro
 
     references = report_dir / ("references" if side == "base" else "head/references")
     found = []
-    for case in [case for case in cases if case["status"] == "FAIL"][:MOST_REPROS]:
+    for case in [case for case in cases if case.status is Status.FAIL][:MOST_REPROS]:
         try:
-            out, _ = write_repro(case["case_id"], report_dir / "repro" / side / _script_name(case["case_id"]),
+            out, _ = write_repro(case.case_id, report_dir / "repro" / side / _script_name(case.case_id),
                                  {"references": str(references)})
         except HarnessError as error:
-            found.append((case["case_id"], f"not scripted: {error}"))
+            found.append((case.case_id, f"not scripted: {error}"))
             continue
-        found.append((case["case_id"], run_command(out, case["world_size"], str(env.python))))
+        found.append((case.case_id, run_command(out, case.world_size, str(env.python))))
     return found
 
 
@@ -102,22 +126,21 @@ def _script_name(case_id: str) -> str:
     return case_id.replace("/", "-").replace("@", "-") + ".py"
 
 
-def _figures(case: dict | None) -> str:
+def _figures(case: CaseResult | None) -> str:
     return "-" if case is None else status_line(case)
 
 
 def _terminal(comparison, cases, single, parity, repros, captured) -> list[str]:
-    by_id = {side: {case["case_id"]: case for case in cases[side]} for side in cases}
+    by_id = {side: {case.case_id: case for case in cases[side]} for side in cases}
     lines = [f"  {change['old']} -> {change['new']}  {change['case_id']}  (base: "
              f"{_figures(by_id['base'].get(change['case_id']))}; head: "
              f"{_figures(by_id['head'].get(change['case_id']))})" for change in comparison.changed]
     lines += [f"single device, head against the base's reference: {single['verdict']}"]
-    lines += [f"  {case_id}: base {_figures(before)}; head {_figures(after)}" for case_id, before, after
-              in single["rows"]]
+    lines += [f"  {label}: base {before}; head {after}" for label, before, after in single["rows"]]
     for side in ("base", "head"):
         worst = parity[side]["worst"]
         lines.append(f"parallel parity, {side}: {parity[side]['tally'] or 'no parallel case'}"
-                     + (f"; worst fp32 layout against its own single-device run: {worst[0]:.3g} ({worst[1]})"
+                     + (f"; worst fp32 layout against its own single-device run: {parity_text(worst)}"
                         if worst else ""))
     lines += [f"repro ({side}) {case_id}: {command}" for side in repros for case_id, command in repros[side]]
     if captured:
@@ -130,12 +153,12 @@ def _markdown(summary, comparison, single, parity, repros, labels, captured, tim
     lines = [f"## {summary}", "", f"base: {labels['base']} · head: {labels['head']}", "", "### Status changes", "",
              changed_markdown(comparison), "### Single device: the head against the base's reference", "",
              f"{single['verdict']}", "", "| case | base | head |", "|---|---|---|"]
-    lines += [f"| `{case_id}` | {_figures(before)} | {_figures(after)} |" for case_id, before, after in single["rows"]]
+    lines += [f"| `{label}` | {before} | {after} |" for label, before, after in single["rows"]]
     lines += ["", "### Parallel parity (each layout against its own revision's single-device run)", ""]
     for side in ("base", "head"):
         worst = parity[side]["worst"]
         lines.append(f"- {side}: {parity[side]['tally'] or 'no parallel case'}"
-                     + (f"; worst fp32 layout {worst[0]:.3g} (`{worst[1]}`)" if worst else ""))
+                     + (f"; worst fp32 layout {parity_text(worst, '`')}" if worst else ""))
     if any(repros.values()):
         lines += ["", "### Repro scripts (standalone: torch and diffusers only)", ""]
         lines += [f"- {side} `{case_id}`: `{command}`" for side in repros for case_id, command in repros[side]]
@@ -149,8 +172,8 @@ def _page(summary, comparison, single, parity, repros, labels) -> str:
     esc = html.escape
     rows = "".join(f"<tr><td><code>{esc(c['case_id'])}</code></td><td>{esc(c['old'])}</td><td>{esc(c['new'])}"
                    f"</td><td>{esc(c['new_reason'] or c['old_reason'])}</td></tr>" for c in comparison.changed)
-    single_rows = "".join(f"<tr><td><code>{esc(case_id)}</code></td><td>{esc(_figures(before))}</td>"
-                          f"<td>{esc(_figures(after))}</td></tr>" for case_id, before, after in single["rows"])
+    single_rows = "".join(f"<tr><td><code>{esc(label)}</code></td><td>{esc(before)}</td><td>{esc(after)}</td></tr>"
+                          for label, before, after in single["rows"])
     sides = "".join(f"<li>{side} ({esc(labels[side])}): {esc(parity[side]['tally'] or 'no parallel case')} "
                     f"(<a href='{side}/index.html'>its report</a>)</li>" for side in ("base", "head"))
     scripts = "".join(f"<li>{side} <a href='repro/{side}/{esc(_script_name(case_id))}'><code>{esc(case_id)}</code>"

@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 from harness.core.errors import HarnessError
@@ -112,7 +111,7 @@ def _read_steps(path: Path) -> dict[str, Step]:
     if not path.exists():
         return {}
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {row["commit"]: Step(row["label"], row["cases"], row.get("python")) for row in rows}
+    return {row["commit"]: Step.from_dict(row) for row in rows}
 
 
 def step(state_path: str) -> int:
@@ -131,7 +130,7 @@ def step(state_path: str) -> int:
         echo(f"bisect: {commit[:10]}: skipped ({error})")
         return 125
     with open(state["steps"], "a") as handle:
-        handle.write(json.dumps({"commit": commit, **asdict(result)}) + "\n")
+        handle.write(json.dumps({"commit": commit, **result.to_dict()}) + "\n")
     search.say(result, echo)
     return 0 if search.is_good(result) != state["fix"] else 1
 

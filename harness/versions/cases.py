@@ -3,39 +3,32 @@ cases, and the check that the plan of those options contains them (else one clea
 
 from __future__ import annotations
 
-import re
-
+from harness.core import axes
 from harness.core.errors import HarnessError
-from harness.core.modes import EAGER
 
-_ID = re.compile(r"^(?P<model>[A-Za-z0-9_]+)(?:@(?P<shape>[A-Za-z0-9_]+))?/(?P<layout>[^/]+)/(?P<backend>[^/]+)"
-                 r"/(?P<dtype>[^/]+)/(?P<kind>[^/+]+)(?:/(?P<mode>[^/+]+))?$")
 # The options a case id fixes; with --models/--layouts/--shapes given, the train kind takes them too.
-DERIVED = ("models", "shapes", "layouts", "backends", "dtypes", "kinds", "modes", "train_models", "train_layouts",
-           "train_shapes")
-FORMAT = "model[@shape]/layout/backend/dtype/kind[/mode], e.g. qwenimage@masked/ulysses2/native/fp32/tensor"
+DERIVED = (*(axis.option for axis in axes.AXES), "train_models", "train_layouts", "train_shapes")
+EXAMPLE = "qwenimage@masked/ulysses2/native/fp32/tensor"
 
 
 def parse_case_id(case_id: str) -> dict[str, str]:
-    """{model, shape, layout, backend, dtype, kind, mode} of an id; a HarnessError for anything else (a fault suffix
-    too: a deliberate bug is no finding to bisect or report)."""
-    match = _ID.match(case_id.strip())
-    if match is None:
-        raise HarnessError(f"case id {case_id!r} is not of the form {FORMAT}")
-    parts = match.groupdict()
-    parts["shape"] = parts["shape"] or "default"
-    parts["mode"] = parts["mode"] or EAGER
-    return parts
+    """Every axis's value of an id (harness.core.axes); a HarnessError for anything else, a fault suffix too: a
+    deliberate bug is no finding to bisect or report."""
+    try:
+        values = axes.parse(case_id.strip())
+    except ValueError as error:
+        raise HarnessError(f"{error}, e.g. {EXAMPLE}") from None
+    fault = values.pop("fault")
+    if fault is not None:
+        raise HarnessError(f"case id {case_id!r} is not of the form of a finding: {axes.FAULT}{fault} is a deliberate "
+                           "bug (a negative control), nothing to bisect or report")
+    return values
 
 
 def plan_options(case_ids: list[str]) -> dict[str, str]:
     """The plan options (comma-separated values, as on the command line) whose plan holds every id in `case_ids`."""
     parsed = [parse_case_id(case_id) for case_id in case_ids]
-    values = {part: ",".join(dict.fromkeys(item[part] for item in parsed))
-              for part in ("model", "shape", "layout", "backend", "dtype", "kind", "mode")}
-    return {"models": values["model"], "shapes": values["shape"], "layouts": values["layout"],
-            "backends": values["backend"], "dtypes": values["dtype"], "kinds": values["kind"],
-            "modes": values["mode"]}
+    return {axis.option: ",".join(dict.fromkeys(values[axis.name] for values in parsed)) for axis in axes.AXES}
 
 
 def as_flags(options: dict[str, str]) -> list[str]:

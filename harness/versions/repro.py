@@ -5,10 +5,10 @@ the figure the matrix shows (max abs error of a tensor case; the step-1 gradient
 case). It reads the reference file from beside itself, else from where it was when written (or `--reference`).
 
 The script is the case's kind's template (harness/versions/repro_scripts/) below a generated CASE dict: what the
-harness knows of the case that the reference does not hold (layout, backend, dtype, limits, the training recipe's
-timestep convention). Supported: tensor cases on every layout; train cases on one device and on context-parallel
-layouts (tensor- and data-parallel training gathers DTensors and runs FSDP in harness code). Image cases run a whole
-pipeline and are not scripted.
+harness knows of the case that the reference does not hold (layout, backend, dtype, the fields of the policy its kind
+judges it by, the training recipe's timestep convention). Supported: tensor cases on every layout; train cases on one
+device and on context-parallel layouts (tensor- and data-parallel training gathers DTensors and runs FSDP in harness
+code). Image cases run a whole pipeline and are not scripted.
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ from __future__ import annotations
 import pprint
 import re
 import shlex
+from dataclasses import asdict
 from pathlib import Path
 
+from harness.core import axes
 from harness.core.errors import HarnessError
 from harness.core.reference import read_meta, reference_path
-from harness.kinds import repro_template
+from harness.kinds import kind_of, repro_template
 from harness.versions.cases import planned
 
 SCRIPTS = Path(__file__).with_name("repro_scripts")
@@ -39,7 +41,7 @@ def write_repro(case_id: str, out: Path | None = None, overrides: dict | None = 
     settings = load_settings({**(overrides or {}), "models": case.model})
     path = reference_path(settings.path("references"), case.model, case.shape, case.kind).resolve()
     meta = read_meta(path)  # exists and is a harness reference, or a clear error naming the fix
-    out = Path(out or f"repro-{case_id.replace('/', '-').replace('@', '-')}.py").resolve()
+    out = Path(out or f"repro-{axes.file_stem(case_id)}.py").resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(script_text(case, template, _case_data(case, settings, path, meta), out), encoding="utf-8")
     out.chmod(0o755)
@@ -63,9 +65,7 @@ def _case_data(case, settings, path: Path, meta: dict) -> dict:
             "layout": {"name": layout.name, "ring": layout.ring, "ulysses": layout.ulysses, "tp": layout.tp,
                        "anything": layout.anything, "mesh_shape": list(mesh[0]), "mesh_names": list(mesh[1])},
             "reference": {"name": path.name, "path": str(path)},
-            "tolerance": settings.limits("tensor", case.dtype), "budget_factor": settings.budget_factor,
-            "budget_max_factor": settings.budget_max_factor, "train_limits": settings.limits("train", "fp32"),
-            "noise_factor": settings.of("train", "noise_factor"), **_spec_data(case.model, meta)}
+            **asdict(kind_of(case.kind).policy(settings, case.dtype)), **_spec_data(case.model, meta)}
     return data
 
 

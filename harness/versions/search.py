@@ -7,7 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.core import axes
 from harness.core.errors import HarnessError
+from harness.core.results import CaseResult, Status
 from harness.versions.cases import as_flags, plan_options
 from harness.versions.envs import env_for
 from harness.versions.revisions import Revision
@@ -18,14 +20,24 @@ Echo = Callable[[str], None]
 
 @dataclass
 class Step:
-    """One revision's run of the cases: {case_id: its result row}."""
+    """One revision's run of the cases: {case_id: its result}."""
 
     label: str
-    cases: dict
+    cases: dict[str, CaseResult]
     python: str | None = None  # the interpreter of its environment (runs a repro script with its diffusers)
 
     def statuses(self) -> dict[str, str]:
-        return {case_id: case["status"] for case_id, case in self.cases.items()}
+        return {case_id: case.status.value for case_id, case in self.cases.items()}
+
+    def to_dict(self) -> dict:
+        """As a line of `git bisect run`'s steps file (harness.versions.bisect_git)."""
+        return {"label": self.label, "cases": {case_id: case.to_dict() for case_id, case in self.cases.items()},
+                "python": self.python}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Step:
+        return cls(data["label"], {case_id: CaseResult.from_dict(case) for case_id, case in data["cases"].items()},
+                   data.get("python"))
 
     def lines(self) -> list[str]:
         return [f"{case_id} {status_line(case)}" for case_id, case in self.cases.items()]
@@ -48,7 +60,7 @@ class Search:
         folder = self.report_dir / revision.slug
         run_harness(env, ["run", *self.flags, *as_flags(plan_options(self.case_ids)), f"--report-dir={folder}"],
                     folder / "run.log")
-        rows = {case["case_id"]: case for case in results(folder)[1]}
+        rows = {case.case_id: case for case in results(folder)[1]}
         missing = [case_id for case_id in self.case_ids if case_id not in rows]
         if missing:
             raise HarnessError(f"{revision.label}: its run has no case {', '.join(missing)} (log: "
@@ -92,7 +104,7 @@ def finish(before: Step, after: Step, skipped: list[str], search: Search, echo: 
     search.report_dir.mkdir(parents=True, exist_ok=True)
     (search.report_dir / "bisect.md").write_text("\n".join(["```", *lines, "```", ""]), encoding="utf-8")
     for step in (before, after):
-        for case_id in [case_id for case_id, case in step.cases.items() if case["status"] == "FAIL"]:
+        for case_id in [case_id for case_id, case in step.cases.items() if case.status is Status.FAIL]:
             echo(f"repro ({step.label}) {case_id}: {_repro(case_id, step, search)}")
     return 0
 
@@ -101,9 +113,8 @@ def _repro(case_id: str, step: Step, search: Search) -> str:
     """The command that runs the case's standalone script with that revision's diffusers (or why there is none)."""
     from harness.versions.repro import run_command, write_repro
 
-    name = case_id.replace("/", "-").replace("@", "-")
     try:
-        out, _ = write_repro(case_id, search.report_dir / "repro" / f"{name}.py", search.overrides)
+        out, _ = write_repro(case_id, search.report_dir / "repro" / f"{axes.file_stem(case_id)}.py", search.overrides)
     except HarnessError as error:
         return f"not scripted: {error}"
-    return run_command(out, step.cases[case_id]["world_size"], step.python)
+    return run_command(out, step.cases[case_id].world_size, step.python)

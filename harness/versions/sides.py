@@ -3,12 +3,15 @@ this folder (so the same `[tool.harness]` applies), its output kept in a log, an
 
 from __future__ import annotations
 
-import json
 import subprocess
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 from harness.core.errors import HarnessError
+from harness.core.figures import is_number
+from harness.core.header import RunHeader
+from harness.core.results import CaseResult, Status, read_results
 from harness.versions.envs import Env
 
 
@@ -37,28 +40,34 @@ def run_harness(env: Env, args: list[str], log: Path, echo: Callable[[str], None
     return code
 
 
-def results(report_dir: Path) -> tuple[dict, list[dict]]:
-    """The header and the cases a run wrote."""
+def results(report_dir: Path) -> tuple[RunHeader, list[CaseResult]]:
+    """The header and the cases a run wrote, as the records it wrote them from."""
     path = report_dir / "results.json"
     try:
-        payload = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
+        header, cases = read_results(path)
+        return RunHeader.from_dict(header), cases
+    except (OSError, ValueError, KeyError, TypeError) as error:
         raise HarnessError(f"no readable results at {path} ({error}); see the run's log beside it") from None
-    return payload.get("header") or {}, payload.get("cases") or []
 
 
-def key_figure(case: dict) -> tuple[str, float] | None:
+def key_figure(case: CaseResult) -> tuple[str, float] | None:
     """The figure its kind calls the case's key one (the matrix cell's; harness.core.figures), when it produced a
     number (None otherwise)."""
-    for figure in case.get("figures") or []:
-        if figure.get("cell") and isinstance(figure.get("value"), int | float):
+    for figure in case.figures:
+        if figure.get("cell") and is_number(figure.get("value")):
             return figure["name"], float(figure["value"])
     return None
 
 
-def status_line(case: dict) -> str:
+def status_line(case: CaseResult) -> str:
     """`PASS max_abs_err=2.38e-07`, or the status and the start of its reason."""
     figure = key_figure(case)
     shown = f" {figure[0]}={figure[1]:.3g}" if figure else ""
-    reason = " ".join(str(case.get("reason") or "").split())
-    return f"{case['status']}{shown}" + (f" ({reason[:90]})" if reason and case["status"] != "PASS" else "")
+    reason = " ".join(case.reason.split())
+    return f"{case.status}{shown}" + (f" ({reason[:90]})" if reason and case.status is not Status.PASS else "")
+
+
+def tally(cases: list[CaseResult]) -> str:
+    """`11 PASS, 1 FAIL`: the statuses of a set of cases, most common first."""
+    return ", ".join(f"{count} {status}" for status, count in Counter(case.status.value for case in cases)
+                     .most_common())

@@ -17,6 +17,7 @@ LAYERS = [
     ("harness.report",),  # the views: results.json in, pages and text out (imports harness.core only)
     ("harness.catalogue",),
     ("harness.rank",),
+    ("harness.faults",),  # the negative controls' deliberate bugs: they patch diffusers and the rank's tools
     ("harness.kinds",),
     ("harness.engine", "harness.run", "harness.versions"),  # versions: across diffusers revisions, over `harness run`
     ("harness.cli", "harness.plugin", "harness.__main__"),

@@ -48,8 +48,8 @@ NEW = {
 }
 
 
-def _cases(cases: dict[str, str]) -> list[dict]:
-    return [dict(_result(case_id, status).to_dict()) for case_id, status in cases.items()]
+def _cases(cases: dict[str, str]) -> list[CaseResult]:
+    return [_result(case_id, status) for case_id, status in cases.items()]
 
 
 def test_status_changes_separates_changed_from_one_sided():
@@ -133,7 +133,7 @@ def test_cli_compare_bad_results_is_a_clear_error(tmp_path, capsys, which, conte
 def test_load_reads_what_write_results_writes(tmp_path):
     _run(tmp_path, {"a/ring2/native/fp32/tensor": "PASS"})
     header, cases = load(tmp_path)
-    assert header["started"] == "today" and cases[0]["status"] == "PASS" and cases[0]["kernels"] == ""
+    assert header.started == "today" and cases[0].status is Status.PASS and cases[0].kernels == ""
 
 
 def test_tracebacks_are_stored_once_and_every_reader_resolves_them(tmp_path):
@@ -156,7 +156,7 @@ def test_tracebacks_are_stored_once_and_every_reader_resolves_them(tmp_path):
     assert [case["extra"]["traceback"] for case in payload["cases"]] == [0, 0, 0, 1]
     header, read = read_results(tmp_path / "results.json")
     assert header == {"started": "today"} and [r.extra["traceback"] for r in read] == [shared] * 3 + [own]
-    assert [c["extra"]["traceback"] for c in load(tmp_path)[1]] == [shared] * 3 + [own]
+    assert [c.extra["traceback"] for c in load(tmp_path)[1]] == [shared] * 3 + [own]
     assert CaseResult.from_dict(payload["cases"][3], payload["tracebacks"]).extra["traceback"] == own
     with pytest.raises(ValueError, match="traceback #1 is not in the file's tracebacks table"):
         CaseResult.from_dict(payload["cases"][3])

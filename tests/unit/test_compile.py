@@ -62,10 +62,10 @@ def test_a_failing_compiled_case_names_its_eager_twins_figure_or_says_it_is_abse
 
 def test_each_plan_compiles_its_slice_only_and_all_runs_every_mode_on_every_case():
     from harness.run.runner import plan_from
-    from harness.run.settings import QUICK_COMPILE, load_settings
+    from harness.run.settings import load_settings, preset
 
     quick = load_settings({}, start=settings().root)
-    assert quick.modes == ["eager", "compile"] and quick.compile_cases == QUICK_COMPILE
+    assert quick.modes == ["eager", "compile"] and quick.compile_cases == preset("quick")["compile_cases"]
     assert load_settings({"plan": "full"}, start=settings().root).modes == ["eager", "compile"]
     narrow = replace(quick, models=["flux"], layouts=["single", "ulysses2"], kinds=["tensor"], dtypes=["fp32"],
                      backends=["native"], shapes=["default", "txt7"])

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.results import CaseResult, Status
+from tests.records import REAL_RUN
+
 REPO = Path(__file__).resolve().parents[2]
 CHECK = REPO / "benchmarks" / "gpu" / "check.sh"
 GPU_DIR = REPO / "benchmarks" / "gpu"
@@ -82,10 +85,11 @@ def test_dry_run_plans_what_harness_run_plans(planned, monkeypatch):
     assert {"wan/single/native/bf16/image", "flux/single/flex/fp16/train"} <= set(single["case_ids"])
     assert {case_id.split("/")[1] for case_id in quick["case_ids"] if "/" in case_id} >= set(DEFAULT_LAYOUTS)
     # the compile part runs the quick plan's compile slice and nothing else; the other parts run eager only
-    from harness.run.settings import QUICK_COMPILE
+    from harness.run.settings import preset
 
     assert not any(case_id.endswith("/compile") for case_id in single["case_ids"] + quick["case_ids"])
-    assert sorted(case_id.removesuffix("/compile") for case_id in compiled["case_ids"]) == sorted(QUICK_COMPILE)
+    compiled_ids = sorted(case_id.removesuffix("/compile") for case_id in compiled["case_ids"])
+    assert compiled_ids == sorted(preset("quick")["compile_cases"])
 
 
 @pytest.mark.slow
@@ -192,10 +196,10 @@ def test_the_summary_reports_a_part_cut_short(tmp_path, monkeypatch):
 
     part = tmp_path / "single"
     part.mkdir()
-    case = {"case_id": "flux/single/_native_cudnn/bf16/tensor", "model": "flux", "shape": "default", "kind": "tensor",
-            "layout": "single", "world_size": 1, "backend": "_native_cudnn", "dtype": "bf16", "status": "FAIL",
-            "reason": "max abs err 0.4 > tolerance 0.15", "seconds": 0.2, "peak_mem_mb": 12.5}
-    lines = [json.dumps({"fingerprint": "x"}), json.dumps(case), '{"case_id": "torn']
+    case = CaseResult("flux/single/_native_cudnn/bf16/tensor", "flux", "default", "tensor", "single", 1,
+                      "_native_cudnn", "bf16", Status.FAIL, reason="max abs err 0.4 > tolerance 0.15", seconds=0.2,
+                      peak_mem_mb=12.5)
+    lines = [json.dumps({"fingerprint": "x"}), json.dumps(case.to_dict()), '{"case_id": "torn']
     (part / "results.partial.jsonl").write_text("\n".join(lines))
     steps = [{"name": "single", "status": "timeout", "rc": 124, "seconds": 240.0, "timeout_s": 240.0,
               "detail": "did not finish within its 240 s",
@@ -205,3 +209,20 @@ def test_the_summary_reports_a_part_cut_short(tmp_path, monkeypatch):
     assert "| 1 | FAIL | max abs err 0.4 > tolerance 0.15 | `flux/single/_native_cudnn/bf16/tensor` |" in text
     assert "| flux | tensor | 12.5 |" in text
     assert json.loads((tmp_path / "summary.json").read_text())["steps"][0]["status"] == "timeout"
+
+
+def test_the_summary_reads_a_parts_results_as_harness_run_wrote_them(tmp_path, monkeypatch):
+    """A real run's results.json: its cases by backend and by layout, its header's counts and time breakdown."""
+    monkeypatch.syspath_prepend(str(GPU_DIR))
+    import summary
+
+    (tmp_path / "multi").mkdir()
+    (tmp_path / "multi" / "results.json").write_text(REAL_RUN.read_text())
+    steps = [{"name": "multi", "status": "ok", "rc": 0, "seconds": 84.0, "timeout_s": 240.0, "detail": "",
+              "extra": {"title": "two GPUs", "args": ["--layouts", "single,ulysses2,tp2"]}}]
+    text = summary.write(tmp_path, steps, {"exit_code": 0, "budget_s": 480.0, "wall_s": 90.0}).read_text()
+    assert "**8 PASS** (8 cases; exit 0, ok)" in text
+    assert "| native | 3 PASS | 3 PASS | 1 PASS | 1 PASS |" in text  # tensor bf16, tensor fp32, train bf16, train fp32
+    assert "| ulysses2 | 2 | 4 |" in text and "| floor |" in text
+    part = json.loads((tmp_path / "summary.json").read_text())["parts"]["multi"]
+    assert part["counts"]["PASS"] == 8 and part["time_breakdown"]["floor"] > 0

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.core import compat
+from harness.core import axes, compat
 from harness.core.errors import HarnessError
 from harness.core.evidence import Evidence
 from harness.core.layouts import parse_layout
 from harness.core.records import Case
-from harness.core.results import Status
+from harness.core.results import CaseResult, Status
 from harness.run.known_issues import Excuse, KnownIssue, load_known_issues
 from harness.run.verdict import apply_known_issues, base_result, settle
 
@@ -20,9 +20,8 @@ NEW_FLASH = "ValueError: `attn_mask` is not supported for native flash attention
 
 
 def _result(items, case_id="flux/tp2/native/fp32/train"):
-    model, layout, backend, dtype, kind = case_id.split("/")
-    result = base_result(Case(model, parse_layout(layout), backend, dtype, kind.partition("+")[0],
-                              fault=kind.partition("+")[2] or None))
+    values = axes.parse(case_id)
+    result = base_result(Case(**{**values, "layout": parse_layout(values["layout"])}))
     return settle(result, items)
 
 
@@ -46,8 +45,9 @@ def test_any_of_a_list_of_texts_excuses_an_error():
 
 def test_a_version_range_limits_the_entry_to_its_releases():
     issue = KnownIssue("*", "old wording", error_contains="aiter attention", diffusers=">=0.37,<0.40")
-    assert issue.applies("x", version="0.38.0")
-    assert not issue.applies("x", version="0.40.0") and not issue.applies("x", version="0.36.0")
+    case_id = "flux/tp2/native/fp32/tensor"
+    assert issue.applies(case_id, version="0.38.0")
+    assert not issue.applies(case_id, version="0.40.0") and not issue.applies(case_id, version="0.36.0")
     assert KnownIssue("*", "r", diffusers="<0.44").covers("0.43.0.dev0")  # a source install of main counts
 
 
@@ -98,16 +98,54 @@ def test_a_negative_control_answers_to_the_entries_of_its_case():
 def test_a_listed_case_that_passes_is_xpass():
     result = apply_known_issues(_result([]), [NORMS])
     assert result.status is Status.XPASS and "no longer reproduces" in result.reason
+    assert result.known_issues == [{"key": "test #1", "title": "per-head norms", "link": ""}]
+
+
+LINKED = KnownIssue("*/tp*/*/*/train", "per-head norms act on sharded heads: nothing sums their gradients",
+                    link="https://example.org/tensor_parallel.py#L12", status="FAIL", key="test #3",
+                    title="tensor parallelism: wrong QK-norm gradients",
+                    evidence={"grad_rel": Excuse(("*.norm_q.weight",), (0.5, 1.0)), "loss_rel": Excuse((), None)})
+
+
+def test_an_xfail_carries_its_entry_title_link_and_the_band_each_figure_sat_in():
+    """What a view needs to name an XFAIL is in the result: each entry that excused it (key, title, link) and, on each
+    excused item, its entry's key and the measured band its figure lay in (none where the entry has no band)."""
+    items = [_grad("a.norm_q.weight", 0.9), Evidence("loss_rel", "loss text", value=3e-4, limit=1e-5)]
+    result = apply_known_issues(_result(items), [LINKED])
+    assert result.status is Status.XFAIL
+    assert result.known_issues == [{"key": "test #3", "title": "tensor parallelism: wrong QK-norm gradients",
+                                    "link": "https://example.org/tensor_parallel.py#L12"}]
+    assert [(item["known"], item.get("band")) for item in result.evidence] == [("test #3", [0.5, 1.0]),
+                                                                                ("test #3", None)]
+    assert CaseResult.from_dict(result.to_dict()).known_issue("test #3")["title"].startswith("tensor parallelism")
+
+
+def test_an_entry_without_a_title_is_named_by_its_reason_first_clause():
+    """A title is optional (an entry of a user's file): the reason's first clause names it, as `short` always did;
+    an excused error carries no band."""
+    entry = KnownIssue("*", "no mask here: a long story; and more", error_contains="mask", key="test #4")
+    result = apply_known_issues(_result([_error("ValueError: mask")]), [entry])
+    assert result.known_issues == [{"key": "test #4", "title": "no mask here", "link": ""}]
+    assert result.evidence == [{"check": "error", "text": "ValueError: mask", "known": "test #4"}]
+    assert entry.short == "no mask here [test #4]" and LINKED.short.startswith("tensor parallelism: wrong")
+
+
+def test_a_fail_with_a_known_part_names_only_the_entries_it_used():
+    """A second bug beside the known one stays FAIL, and the result names the entry that excused the rest."""
+    result = apply_known_issues(_result([_grad("a.norm_q.weight", 0.9), _grad("x_embedder.weight", 0.02)]), [LINKED])
+    assert result.status is Status.FAIL and [entry["key"] for entry in result.known_issues] == ["test #3"]
+    assert [item.get("band") for item in result.evidence] == [[0.5, 1.0], None]
 
 
 def test_load_lists_ranges_and_evidence(tmp_path):
     path = tmp_path / "known.toml"
     path.write_text('[[issue]]\nmatch = "*"\nreason = "r"\nerror_contains = ["a", "b"]\ndiffusers = ">=0.37"\n\n'
-                    '[[issue]]\nmatch = "*/tp2/*"\nreason = "norms"\n[issue.evidence.grad_rel]\n'
+                    '[[issue]]\nmatch = "*/tp2/*"\ntitle = "QK norms"\nreason = "norms"\n[issue.evidence.grad_rel]\n'
                     'subjects = ["*.norm_q.weight"]\nband = [0.5, 1.0]\n[issue.evidence.max_abs_err]\n'
                     'band = [0.1, 0.2]\ncontains = "max abs"\n')
     error, wrong = load_known_issues(path)
     assert error.error_contains == ("a", "b") and error.diffusers == ">=0.37" and error.status == "ERROR"
+    assert error.title == "" and error.heading == "r" and wrong.title == wrong.heading == "QK norms"
     assert wrong.status == "FAIL" and wrong.key == "known.toml #2"
     assert wrong.evidence == {"grad_rel": Excuse(("*.norm_q.weight",), (0.5, 1.0)),
                               "max_abs_err": Excuse((), (0.1, 0.2), "max abs")}
@@ -121,6 +159,7 @@ def test_load_lists_ranges_and_evidence(tmp_path):
         ("error_contains = []", "'error_contains' must be a string or a non-empty list"),
         ('error_contains = ["a", ""]', "'error_contains' must be a string or a non-empty list of non-empty"),
         ('error_contains = "x"\ndiffusers = 0.38', "'diffusers' must be a string"),
+        ('error_contains = "x"\ntitle = ["a"]', "'title' must be a string"),
         ('error_contains = "x"\nversion = ">=0.38"', r"unknown keys \['version'\]; valid keys: diffusers"),
         ('status = "ERROR"', "needs 'error_contains'"),
         ('status = "FAIL"', r"needs at least one \[issue.evidence.<check>\] table"),
@@ -143,12 +182,16 @@ def test_a_bad_entry_names_the_file_and_the_entry(tmp_path, body, message):
 
 
 def test_every_repository_entry_names_its_evidence():
-    """An ERROR entry its error's text; a FAIL entry its checks, each with a band, and subjects where the check has
-    them (the loader refuses anything less; this reads the file the project ships)."""
+    """Each entry a title and a link to its traced cause; an ERROR entry its error's text; a FAIL entry its checks,
+    each with a band, and subjects where the check has them (the loader refuses anything less; this reads the file
+    the project ships)."""
     from harness.kinds import known_checks
 
     issues, checks = load_known_issues(REPOSITORY_FILE), known_checks()
     assert issues and all(issue.reason for issue in issues)
+    assert all(issue.title and len(issue.title) <= 80 for issue in issues), [i.key for i in issues if not i.title]
+    assert all(issue.link.startswith("https://github.com/") for issue in issues), [i.key for i in issues
+                                                                                   if not i.link]
     assert all(issue.error_contains for issue in issues if issue.status == "ERROR")
     failing = [issue for issue in issues if issue.status == "FAIL"]
     assert len(failing) >= 4 and all(issue.evidence for issue in failing)

@@ -1,6 +1,6 @@
-"""Two "nodes" on loopback (issue 16): two torchrun agents joined by a c10d rendezvous on 127.0.0.1, two ranks each.
-Node 0 plans and judges in this process; node 1 is `harness run --node-rank 1` in a subprocess that shares the
-report folder, as two hosts share a filesystem.
+"""A run over several nodes, two "nodes" on loopback: two torchrun agents joined by a c10d rendezvous on 127.0.0.1,
+two ranks each. Node 0 plans and judges in this process; node 1 is `harness run --node-rank 1` in a subprocess that
+shares the report folder, as two hosts share a filesystem.
 
 One run holds the clean cases and both faults, so the relaunches are paid once; about 90 s on 2 busy cores.
 """
@@ -66,7 +66,7 @@ def test_two_nodes_match_one_host_and_name_a_hung_rank_and_a_lost_agent(project,
 
     hung = nodes[HANG.case_id]
     assert hung.status is Status.TIMEOUT, hung.reason
-    assert re.search(r"stuck: .*rank (\d) \(node 1, [^)]+\) in _sleep_forever \(faults\.py:\d+\)", hung.reason), \
+    assert re.search(r"stuck: .*rank (\d) \(node 1, [^)]+\) in _sleep_forever \(reliability\.py:\d+\)", hung.reason), \
         hung.reason
     stacks = hung.extra["traceback"]  # node 1's ranks dumped theirs when node 0 asked, through the shared folder
     assert re.search(r"--- rank \d \(node 1, [^)]+\) ---\n.*_sleep_forever", stacks, re.S), stacks[:2000]

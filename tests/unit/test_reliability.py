@@ -1,5 +1,5 @@
-"""Reliability with real processes (issue 7): hangs, crashes, signals, resume, concurrent capture, xdist, and
-references from another diffusers version.
+"""Reliability with real processes, where a case that hangs or dies must cost only itself: hangs, crashes, signals,
+resume, concurrent capture, xdist, and references from another diffusers version.
 
 Each fault costs one relaunch, so the fault cases share one run; each launch-heavy test is one test function, so
 `pytest -n 2` never runs a launch twice. About 110 s alone, 85 s with `-n 2` on 2 cores.
@@ -84,16 +84,16 @@ def test_a_hang_a_raise_and_a_kill_each_cost_only_their_own_case(project, settin
 
     assert results[HANG].status is Status.TIMEOUT
     assert re.fullmatch(r"hung: no rank used CPU time for \d+s \(blocked or asleep\), \d+s into the case; "
-                        r"stuck: rank 0 in \S+ \(\S+:\d+\), rank 1 in _sleep_forever \(faults.py:\d+\)",
+                        r"stuck: rank 0 in \S+ \(\S+:\d+\), rank 1 in _sleep_forever \(reliability.py:\d+\)",
                         results[HANG].reason), results[HANG].reason
     stacks = results[HANG].extra["traceback"]  # every rank's Python stacks, taken before the kill
-    assert "--- rank 0 ---" in stacks and "--- rank 1 ---" in stacks and "harness/rank/faults.py" in stacks
+    assert "--- rank 0 ---" in stacks and "--- rank 1 ---" in stacks and "harness/faults/reliability.py" in stacks
 
     assert results[RAISE].status is Status.ERROR
     assert results[RAISE].reason == f"rank 1: {DELIBERATE}"
     traceback = results[RAISE].extra["traceback"]
     assert traceback.rstrip().endswith(DELIBERATE), traceback
-    assert "harness/rank/faults.py" in traceback and 'raise RuntimeError("deliberate failure' in traceback
+    assert "harness/faults/reliability.py" in traceback and 'raise RuntimeError("deliberate failure' in traceback
 
     assert results[KILL].status is Status.ERROR
     assert results[KILL].reason.startswith("rank 1 died during the case"), results[KILL].reason

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from harness.core import figures
-from harness.core.results import Status
+from harness.core.figures import FigureSpec
+from harness.core.results import CaseResult, Status
 from harness.report import changed_markdown, compare_runs, render_html
 from harness.report.axes import axes, spell
 from harness.report.data import anchor, base_slug, link, load
@@ -25,6 +26,7 @@ from tests.report_pages import (
     GRAD,
     HIST,
     IMAGES,
+    KNOWN,
     OPEN_ALL,
     TRACEBACK,
     WORST,
@@ -33,6 +35,7 @@ from tests.report_pages import (
     chromium,
     embedded,
     image_block,
+    known_xfail,
     picture,
     pictures,
     pixels,
@@ -73,7 +76,8 @@ def decoded(page: str) -> list[dict]:
         c = {name: text(name, value) if name in data["text"] else value for name, value in c.items()}
         c["case_id"] = c["case_id"] or spell(c)
         c["figures"] = [[*data["f"][f[0]][:2], *(text("figures", t) for t in f[1:])] for f in c["figures"] or []]
-        c["evidence"] = [[text("evidence", t) for t in e[:5]] + e[5:] for e in c["evidence"] or []]
+        c["evidence"] = [[text("evidence", t) for t in e[:6]] + e[6:] for e in c["evidence"] or []]
+        c["known_issues"] = [data["v"][k] for k in c["known_issues"] or []]
         pairs = c["extra"] or []
         c["left"] = text("extra", pairs[-1]) if len(pairs) % 2 else ""
         c["extra"] = {text("extra", k): unpack(data["v"][v]) for k, v in zip(pairs[::2], pairs[1::2], strict=False)}
@@ -89,11 +93,11 @@ def test_records_are_embedded_once_and_read_back_whole(tmp_path, page):
     _, loaded = load(tmp_path / "run")
     for got, want in zip(decoded(page), loaded, strict=True):
         assert {key: got[key] for key in ("case_id", "status", "reason", "world_size", "kernels")} == \
-            {key: want[key] for key in ("case_id", "status", "reason", "world_size", "kernels")}
-        assert all(got[a["name"]] == want[a["name"]] for a in axes())
-        assert got["cell"] == figures.cell(want["figures"])
+            {key: getattr(want, key) for key in ("case_id", "status", "reason", "world_size", "kernels")}
+        assert all(got[a["name"]] == getattr(want, a["name"]) for a in axes())
+        assert got["cell"] == want.cell
         assert [f[:3] for f in got["figures"]] == [[f["name"], f["label"], figures.written(f)] for f in
-                                                     want["figures"]]
+                                                     want.figures]
     fail, xfail, image = decoded(page)[1], decoded(page)[5], decoded(page)[8]
     assert fail["cell"] == "1.2e-02" and fail["figures"][0] == ["max_abs_err", "max abs err", "0.0123", "1e-05",
                                                                  "1200\u00d7"]
@@ -136,7 +140,7 @@ def test_many_failed_checks_are_cut_per_check(tmp_path):
     got = decoded(render_html(write(tmp_path / "run", [case("a/ring4/native/fp32/train", "FAIL",
                                                            evidence=items)])).read_text())[0]["evidence"]
     assert [e[1] for e in got[:SHOWN_CHECKS]] == [f"p{i}" for i in range(SHOWN_CHECKS)]
-    assert got[SHOWN_CHECKS][0] == "loss_rel" and got[-1] == ["grad_rel", "", "", "", "", 5]
+    assert got[SHOWN_CHECKS][0] == "loss_rel" and got[-1] == ["grad_rel", "", "", "", "", "", 5]
 
 
 def test_every_string_is_escaped(page):
@@ -196,14 +200,85 @@ def test_filters_follow_the_axes(page):
                                                                 "XPASS"]
 
 
-def test_no_remote_resources(page):
-    assert not re.search(r'(?:src|href)\s*=\s*"(?:https?:)?//', page)
-    assert "evil.example" not in page
+def _loads_nothing_remote(page: str) -> None:
+    """Nothing the browser fetches (a src, a <link>, a CSS url or @import) is remote; a link out of the page (a known
+    issue's traced cause) is an http(s) anchor opened in a new tab without a referrer, and nothing else is remote."""
+    assert not re.search(r'\bsrc\s*=\s*"(?:https?:)?//', page) and not re.search(r"<link\b", page)
     assert not re.search(r"url\(\s*['\"]?(?:https?:)?//|@import", page)
+    for tag in re.findall(r'<[^>]*\bhref\s*=\s*"(?:[a-z]+:)?//[^"]*"[^>]*>', page):
+        assert re.match(r'<a class="cause-link" href="https?://', tag) and 'rel="noopener noreferrer"' in tag, tag
+    assert not re.search(r'href\s*=\s*"\s*javascript:', page, re.I)
+
+
+def test_no_remote_resources(page):
+    _loads_nothing_remote(page)
+    assert "evil.example" not in page
+
+
+def test_an_xfail_group_is_titled_by_its_entries_and_links_their_cause(tmp_path):
+    """XFAIL cases are grouped by the known_issues.toml entries that excused them: the group says the entry's title,
+    links its traced cause and names where it is listed, with the reason the entry gives in its body; an XFAIL no
+    entry excused (an expected refusal) is grouped by its reason as before. A link that is not http(s) is no link."""
+    evil = dict(KNOWN, key="known_issues.toml #2", title="scripted", link="javascript:alert(1)")
+    records = [known_xfail(), known_xfail("flux/tp4/native/fp32/train"), known_xfail("qwenimage/tp2/native/fp32/train",
+                                                                                      evil),
+               case("flux/ring2/native/fp32/tensor", "XFAIL", reason="expected refusal: no lse; observed ERROR: x")]
+    page_ = render_html(write(tmp_path / "run", records)).read_text()
+    _loads_nothing_remote(page_)
+    xfail = _section(page_, "known-issues")
+    assert "(4 cases, 3 issues)" in xfail
+    assert re.search(r'<b class="n">2</b> <span class="why">tensor parallelism: wrong &lt;QK-norm&gt; gradients'
+                     rf'</span> <span class="entry"><a class="cause-link" href="{re.escape(KNOWN["link"])}" '
+                     r'target="_blank" rel="noopener noreferrer">traced cause \u2197</a><span class="muted">'
+                     r"known_issues.toml #13</span>", xfail), xfail
+    assert '<p class="cause">known issue: per-head norms act on sharded heads (https://' in xfail
+    assert '<span class="why">scripted</span> <span class="entry"><span class="muted">known_issues.toml #2' in xfail
+    assert '<span class="why">expected refusal: no lse</span></summary>' in xfail
+    got = decoded(page_)
+    assert got[0]["known_issues"] == [KNOWN] and got[2]["known_issues"][0]["link"] == ""  # the page gets no such link
+    assert [e[4:6] for e in got[0]["evidence"]] == [["known_issues.toml #13", "[0.3, 1.75]"]] * 2 + \
+        [["known_issues.toml #13"]]  # the loss check's entry measured no band
+
+
+def test_the_matrix_legend_names_each_cell_figure_from_the_data(tmp_path):
+    """Under the matrix heading, each figure a cell writes: an example cell (a non-zero one where a case has it),
+    the figure's label, the kinds whose cases write it, all from the records (a figure no kind declares is named as
+    well); a run with no cell figure has no legend (the control)."""
+    novel = FigureSpec("novel_err", "a <new> figure", cell="n{value:.1f}")
+    records = [case("flux/single/native/fp32/tensor", "PASS", figures=tensor(0.0)),
+               case("flux/ring2/native/fp32/tensor", "PASS", figures=tensor(1.7e-7)),
+               case("flux/ring2/native/fp32/image", "PASS", figures=picture(0.99998, 70.0)),
+               case("flux/ring2/native/fp32/train", "PASS", figures=[GRAD.of(3e-7, 1e-4), WORST.of("w")]),
+               case("flux/ring2/native/fp32/novel", "PASS", figures=[novel.of(2.0)]),
+               case("flux/ring4/native/fp32/tensor", "ERROR", figures=[])]
+    page_ = render_html(write(tmp_path / "run", records)).read_text()
+    legend = re.findall(r'<li data-figure="(\w+)"><code class="cell-example">(.*?)</code> <span class="cell-label">'
+                        r'(.*?)</span> <span class="muted">\((.*?)\)</span></li>', page_)
+    assert legend == [("max_abs_err", "1.7e-07", "max abs err", "tensor cases"),
+                      ("ssim", "ssim 1.0000", "SSIM", "image cases"),
+                      ("grad_err", "g3e-07", "gradient rel L2 err", "train cases"),
+                      ("novel_err", "n2.0", "a &lt;new&gt; figure", "novel cases")]
+    bare = render_html(write(tmp_path / "bare", [case("a/ring2/native/fp32/x", "PASS", figures=[WORST.of("w")])]))
+    assert 'id="cell-legend"' not in bare.read_text()
+
+
+def test_a_status_this_report_does_not_know_reads_as_an_error_that_says_so(tmp_path):
+    """The page reads each case as the record it was written from; a status from elsewhere is not dropped (it would
+    leave a hole in every count) but shown as ERROR, its reason saying what the file gave."""
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    record = case("a/ring2/native/fp32/tensor", "PASS", reason="was fine")
+    (folder / "results.json").write_text(json.dumps({"header": {}, "cases": [dict(record, status="MAYBE")]}))
+    header, (read,) = load(folder)
+    assert isinstance(read, CaseResult) and read.status is Status.ERROR and header.environment == {}
+    assert read.reason == "results.json gives the status 'MAYBE', which this report does not know; was fine"
 
 
 def test_header_environment_counts_and_purpose(tmp_path, page):
     assert 'role="alert"' in page and "references from diffusers 0.41.0" in page
+    assert ('<p class="env-line" id="env-line"><b>torch</b> 2.13.0+cpu &middot; <b>diffusers</b> 0.42.1 &middot; '
+            '<b>python</b> 3.11.7 &middot; <b>device</b> cpu (x86_64) &middot; <a href="#environment">references: '
+            "diffusers 0.41.0 (differs, see above)</a></p>") in page
     assert '<tr class="differs"><th scope="row">diffusers</th><td>0.42.1</td><td>0.41.0</td>' in page
     assert '<th scope="row">world sizes</th><td>2, 4</td>' in page
     for status, count in {"PASS": 2, "FAIL": 1, "ERROR": 1, "SKIP": 2, "XFAIL": 2, "TIMEOUT": 1, "XPASS": 1}.items():
@@ -327,7 +402,7 @@ def test_a_results_file_from_before_the_tracebacks_table_still_reads(tmp_path):
     folder.mkdir()
     record = case("a/ring2/native/fp32/tensor", "ERROR", extra={"traceback": TRACEBACK})
     (folder / "results.json").write_text(json.dumps({"header": {}, "cases": [record]}))
-    assert load(folder)[1][0]["extra"]["traceback"] == TRACEBACK
+    assert load(folder)[1][0].extra["traceback"] == TRACEBACK
     (folder / "results.json").write_text(json.dumps({"header": {}, "cases": [dict(record, extra={"traceback": 3})]}))
     from harness.core.errors import HarnessError
 
@@ -505,7 +580,8 @@ def test_browser_draws_details_when_opened(tmp_path):
                         ("mean_abs_err", "mean abs err", "2e-08", "", ""), ("nonfinite", "non-finite values", "0", "",
                                                                              "")]
     assert re.search(r'<tr data-check="max_abs"><td><code>max_abs</code></td><td>\u2014</td><td class="n">0.0123</td>'
-                     r'<td class="n">1e-05</td><td>known_issues.toml #4</td></tr>', detail(ids[1]))
+                     r'<td class="n">1e-05</td><td class="n band"></td><td><span class="known-title" '
+                     r'title="known_issues.toml #4">known_issues.toml #4</span></td></tr>', detail(ids[1]))
     assert "Failed checks" not in detail(ids[0])  # a case with none has no table of them
     assert re.search(r'<th scope="row">dispatched</th><td><code>_native_flash:2</code></td></tr>'
                      r'<tr><th scope="row">kernels</th><td><code class="kernels">'
@@ -699,3 +775,139 @@ def test_browser_an_opened_fail_shows_how_to_reproduce_it_alone(tmp_path):
     assert f"harness repro {wanted}" in shown["extra"][0][2]
     assert "Other data" not in shown["opened"] or "repro" not in shown["opened"].split("Other data")[-1]
     assert seen(tmp_path / "first", run(tmp_path / "first"), "", probe)["extra"] == []  # the image FAIL: none
+
+
+KNOWN_PROBE = """window.__probe = function () {
+  var s = window.__seen, d = document.querySelector("#opened details.case[open]");
+  var entry = d.querySelector("ul.known li"), link = entry.querySelector("a.cause-link");
+  var group = document.querySelector("#known-issues details.group > summary");
+  return {entry: [entry.querySelector(".known-title").textContent, s.inView(entry)],
+          link: [link.getAttribute("href"), link.target, link.rel, s.inView(link), getComputedStyle(link).display],
+          group: [group.querySelector(".why").textContent, s.shown(group.querySelector("a.cause-link"))],
+          rows: Array.prototype.map.call(d.querySelectorAll("table.evidence tbody tr"), function (tr) {
+            return [tr.cells[0].textContent, tr.cells[2].textContent, tr.cells[4].textContent, tr.cells[5].textContent,
+                    s.inView(tr.cells[4]) && s.inView(tr.cells[5])];
+          })};
+};"""
+
+
+@pytest.mark.slow
+def test_browser_an_xfail_names_its_known_issue_links_its_cause_and_shows_each_band(tmp_path):
+    """An opened XFAIL shows, on screen, the title of the entry that excused it with a link to its traced cause (a new
+    tab, no referrer), and in each failed check's row the band its figure sat in (the figure inside it) and the
+    entry by title, not by its place in the file; the group it is listed in shows the same title and link."""
+    wanted = "flux/tp2/native/fp32/train"
+    got = seen(tmp_path, run(tmp_path, [known_xfail(wanted)]), f"#case-{wanted}", KNOWN_PROBE)
+    assert got["firstOpen"] == [anchor(wanted), True]
+    probe = got["extra"]
+    assert probe["entry"] == [KNOWN["title"], True]
+    assert probe["link"] == [KNOWN["link"], "_blank", "noopener noreferrer", True, "inline"]
+    assert probe["group"] == [KNOWN["title"], True]
+    assert [row[:4] for row in probe["rows"]] == [["grad_rel", "0.97", "[0.3, 1.75]", KNOWN["title"]],
+                                                  ["grad_rel", "0.72", "[0.3, 1.75]", KNOWN["title"]],
+                                                  ["loss_rel", "0.0003", "", KNOWN["title"]]]
+    assert all(row[4] for row in probe["rows"]), probe["rows"]
+    for _, value, band, _, _ in probe["rows"][:2]:
+        low, high = json.loads(band)
+        assert low <= float(value) <= high
+    assert "known_issues.toml #13" not in "".join(row[3] for row in probe["rows"])  # named, not numbered
+
+
+@pytest.mark.slow
+def test_browser_the_first_screen_names_torch_diffusers_and_the_device(tmp_path):
+    """What ran is read without scrolling, on a laptop's first screen: torch, diffusers, python and the device, and
+    whether the references came from the same diffusers; the full Environment table stays at the end (the control:
+    it is not on the first screen, so "in view" means something here)."""
+    probe = ('window.__probe = function () { var s = window.__seen, line = document.getElementById("env-line");'
+             ' return [s.inView(line), line.textContent, s.inView(document.querySelector("#environment table"))]; };')
+    in_view, text, table_in_view = seen(tmp_path, run(tmp_path), "", probe, window=(1280, 720))["extra"]
+    assert in_view and not table_in_view
+    assert text == ("torch 2.13.0+cpu \u00b7 diffusers 0.42.1 \u00b7 python 3.11.7 \u00b7 device cpu (x86_64) \u00b7 "
+                    "references: diffusers 0.42.1 (the same)")
+
+
+@pytest.mark.slow
+def test_browser_a_passing_image_case_shows_reference_candidate_and_difference(tmp_path):
+    """A PASS image case, its pictures pruned as `harness run` prunes them, shows the reference, the candidate and
+    the difference side by side with the note that says they are previews; the pictures are put in the document
+    (and so fetched) only when the case is opened."""
+    from harness.report.images import NOTE, prune_images
+
+    folder = tmp_path / "run"
+    pictures(folder, {"ref.png": REFERENCE, "cand.png": CANDIDATE, "diff.png": (255, 255, 0)})
+    wanted = "flux/ring2/native/fp32/image"
+    result = CaseResult.from_dict(case(wanted, "PASS", figures=picture(0.99998, 70.0, 0.9999), extra={"images": {
+        "reference": "images/ref.png", "candidate": "images/cand.png", "diff": "images/diff.png"}}))
+    prune_images(result, folder / "images")
+    index = render_html(write(folder, [result.to_dict()]))
+    assert seen(tmp_path, index)["pictures"] == []  # nothing opened: no picture in the document
+    got = seen(tmp_path, index, f"#case-{wanted}")
+    assert [(image["caption"], image["loaded"], image["inView"]) for image in got["images"]] == [
+        ("reference", True, True), ("candidate", True, True), ("diff", True, True)]
+    assert len(got["pictures"]) == 3 and got["imageNotes"] == [NOTE]
+    picture_ = shot(tmp_path, index, "preview", f"#case-{wanted}")
+    for colour in (REFERENCE, CANDIDATE, (255, 255, 0)):
+        assert pixels(picture_, colour) > 10_000, colour  # each drawn large enough to see (224 px across)
+
+
+def wide_cases() -> list[dict]:
+    """One model's matrix of 20 rows (layouts x backends) and 18 columns (shapes x kinds x dtypes): wider and taller
+    than a 1000 x 700 window, as qwenimage's is on the full plan."""
+    kinds = {"tensor": tensor(1.7e-7), "image": picture(0.99998, 70.0), "train": [GRAD.of(3e-7, 1e-4)]}
+    return [case(f"qwenimage{'' if shape == 'default' else '@' + shape}/{layout}/{backend}/{dtype}/{kind}", "PASS",
+                 figures=figures_)
+            for layout in [f"{name}{n}" for name in ("ulysses", "ring") for n in range(2, 7)]
+            for backend in ("native", "_native_flash") for shape in ("default", "masked", "txt7")
+            for kind, figures_ in kinds.items() for dtype in ("fp32", "bf16")]
+
+
+# Opens the matrix, scrolls the page until its box sits just below the sticky filter bar, notes where a body cell
+# is, then scrolls the box right and down; the probe reads where the header row, the first column and that cell are.
+STICKY_SETUP = """document.querySelectorAll("details.section").forEach(function (d) { d.open = true; });
+setTimeout(function () {
+  var box = document.querySelector(".scroll"), cell = box.querySelectorAll("tbody tr")[12].cells[6];
+  window.scrollBy(0, box.getBoundingClientRect().top - document.getElementById("filters").offsetHeight - 12);
+  window.__before = window.__seen.box(cell);
+  box.scrollLeft = 500; box.scrollTop = 300;
+}, 100);
+window.__probe = function () {
+  var box = document.querySelector(".scroll"), table = box.querySelector("table.matrix"), s = window.__seen;
+  var head = table.querySelector("thead th:nth-child(6)"), row = table.querySelectorAll("tbody th")[12];
+  var corner = table.querySelector("thead th"), cell = table.querySelectorAll("tbody tr")[12].cells[6];
+  function onTop(el) {
+    var b = el.getBoundingClientRect();
+    return el.contains(document.elementFromPoint(b.left + b.width / 2, b.top + b.height / 2));
+  }
+  function held(el) { return [s.box(el), getComputedStyle(el).position, onTop(el)]; }
+  var inner = s.box(box);
+  return {inner: [inner[0] + box.clientLeft, inner[1] + box.clientTop], scrolled: [box.scrollLeft, box.scrollTop],
+          head: held(head), row: held(row), corner: held(corner), before: window.__before, cell: s.box(cell),
+          legend: Array.prototype.map.call(document.querySelectorAll("#cell-legend li"), function (li) {
+            return [li.textContent, s.shown(li)]; })};
+};"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("held", [True, False])
+def test_browser_a_wide_matrix_holds_its_header_row_and_first_column(tmp_path, held):
+    """Scrolled right and down inside its box, a matrix wider and taller than the window keeps its header row at
+    the box's top and its first column at the box's left, each on top of the cells that pass under it, while a body
+    cell moves by the scroll. The control (`held` False) takes the stickiness away and sees both leave."""
+    unstick = ('var st = document.createElement("style"); st.textContent = ".matrix th { position: static '
+               '!important; }"; document.head.appendChild(st);')
+    got = seen(tmp_path, run(tmp_path, wide_cases()), "", ("" if held else unstick) + STICKY_SETUP,
+               window=(1000, 700))["extra"]
+    left, top = got["inner"]
+    assert got["scrolled"] == [500, 300], got
+    assert got["cell"][0] == pytest.approx(got["before"][0] - 500, abs=1)  # the cells did scroll
+    assert got["cell"][1] == pytest.approx(got["before"][1] - 300, abs=1)
+    head, row, corner = got["head"], got["row"], got["corner"]
+    if not held:
+        assert head[0][1] < top - 100 and row[0][0] < left - 100 and not head[2] and not row[2], got
+        return
+    assert head[1] == row[1] == corner[1] == "sticky"
+    assert head[0][1] == pytest.approx(top, abs=1) and corner[0][:2] == pytest.approx([left, top], abs=1), got
+    assert row[0][0] == pytest.approx(left, abs=1) and head[2] and row[2] and corner[2], got
+    assert [text for text, shown in got["legend"] if shown] == ["1.7e-07 max abs err (tensor cases)",
+                                                                "ssim 1.0000 SSIM (image cases)",
+                                                                "g3e-07 gradient rel L2 err (train cases)"]

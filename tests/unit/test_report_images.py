@@ -1,4 +1,5 @@
-"""prune_images: a failing image case keeps its four PNGs, any other case one small shared thumbnail."""
+"""prune_images: a failing image case keeps its four PNGs, any other case small shared previews of its reference,
+candidate and difference, drawn as an images block with a note."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from PIL import Image
 
 from harness.core.results import CaseResult, Status
-from harness.report.images import THUMB_BOX, prune_images
+from harness.report.images import NOTE, PREVIEW_BOX, PREVIEW_ROLES, prune_images
 
 NAMES = ("reference", "candidate", "diff", "ssim_map")
 
@@ -35,53 +36,81 @@ def _files(images_dir: Path) -> list[str]:
     return sorted(path.name for path in images_dir.iterdir())
 
 
+def _pixels(images_dir: Path, path: str) -> np.ndarray:
+    with Image.open(images_dir / Path(path).name) as picture:
+        return np.asarray(picture.convert("RGB"))
+
+
 @pytest.mark.parametrize("status", [Status.FAIL, Status.ERROR, Status.TIMEOUT])
 def test_failing_cases_keep_all_four(tmp_path, status):
     images = tmp_path / "images"
     case = _case(images, status)
     before = dict(case.extra["images"])
     prune_images(case, images, "failing")
-    assert case.extra["images"] == before
+    assert case.extra["images"] == before and "blocks" not in case.extra
     assert len(_files(images)) == 4
 
 
 @pytest.mark.parametrize("status", [Status.PASS, Status.XFAIL, Status.SKIP])
-def test_other_cases_keep_one_thumbnail(tmp_path, status):
+def test_other_cases_keep_previews_of_reference_candidate_and_difference(tmp_path, status):
+    """The three pictures a reviewer compares, each at most PREVIEW_BOX (a 64x64 picture at 32x32), as an images
+    block whose note says so; the SSIM map and the whole pictures go, and nothing else in extra changes."""
     images = tmp_path / "images"
     case = _case(images, status)
     prune_images(case, images)  # "failing" is the default policy
-    (name,) = _files(images)
-    assert name.startswith("thumb-") and name.endswith(".png")
-    assert case.extra["images"] == {"thumbnail": f"images/{name}"}
-    assert case.extra["baseline"] == {"ssim": 0.99}  # nothing else in extra changes
-    with Image.open(images / name) as thumb:
-        assert thumb.size == (32, 32)
-        assert thumb.getpixel((24, 24))[:3] == (200, 40, 90)  # the candidate's picture, not the reference's
+    (block,) = case.extra["blocks"]
+    assert block["type"] == "images" and block["note"] == NOTE and "images" not in case.extra
+    assert list(block["images"]) == list(PREVIEW_ROLES) == ["reference", "candidate", "diff"]
+    assert case.extra["baseline"] == {"ssim": 0.99}
+    assert sorted({Path(path).name for path in block["images"].values()}) == _files(images)
+    for role, path in block["images"].items():
+        assert path.startswith("images/preview-") and _pixels(images, path).shape == (32, 32, 3), role
+    assert tuple(_pixels(images, block["images"]["candidate"])[24, 24]) == (200, 40, 90)  # the candidate's picture
+    assert tuple(_pixels(images, block["images"]["reference"])[24, 24]) == (10, 10, 10)
 
 
-def test_identical_pictures_share_one_thumbnail(tmp_path):
-    """fp32 pictures of a correct layout are the same pixels in every layout and backend: one file serves them."""
+def test_the_difference_keeps_each_block_brightest_pixel(tmp_path):
+    """A difference of one bright pixel stays that bright when shrunk (each block's largest value, not its mean,
+    which would dim it to a quarter); the candidate, shrunk by its mean, is the control."""
+    images = tmp_path / "images"
+    case = _case(images, Status.PASS)
+    for name in ("diff", "candidate"):
+        pixels = np.zeros((64, 64, 3), dtype=np.uint8)
+        pixels[9, 9] = (255, 200, 100)
+        Image.fromarray(pixels).save(images / Path(case.extra["images"][name]).name)
+    prune_images(case, images)
+    shown = case.extra["blocks"][0]["images"]
+    assert tuple(_pixels(images, shown["diff"])[4, 4]) == (255, 200, 100)
+    assert _pixels(images, shown["diff"]).sum() == 255 + 200 + 100  # nothing else lit
+    assert _pixels(images, shown["candidate"]).max() < 200
+
+
+def test_identical_pictures_share_one_file(tmp_path):
+    """fp32 pictures of a correct layout are the same pixels in every layout and backend, and their reference is
+    one per model: the previews of many cases are a few files."""
     images = tmp_path / "images"
     first = _case(images, Status.PASS, "flux/ulysses2/native/fp32/image")
     second = _case(images, Status.PASS, "flux/ring2/native/fp32/image")
     other = _case(images, Status.PASS, "flux/ring4/native/bf16/image", colour=(30, 200, 30))
     for case in (first, second, other):
         prune_images(case, images)
-    assert first.extra["images"] == second.extra["images"] != other.extra["images"]
-    assert len(_files(images)) == 2
+    shown = [case.extra["blocks"][0]["images"] for case in (first, second, other)]
+    assert shown[0] == shown[1] and shown[0]["candidate"] != shown[2]["candidate"]
+    assert shown[0]["reference"] == shown[2]["reference"] and shown[0]["diff"] == shown[2]["diff"]
+    assert len(_files(images)) == 4  # one reference, one difference, two candidates
 
 
-def test_thumbnail_fits_the_box_and_keeps_the_aspect(tmp_path):
+def test_a_preview_fits_the_box_and_keeps_the_aspect(tmp_path):
     images = tmp_path / "images"
     video = _case(images, Status.PASS, "wan/ring2/native/fp32/image", size=(320, 64))  # 5 frames side by side
     tiny = _case(images, Status.PASS, "flux/ring2/native/fp32/image", size=(16, 16), colour=(1, 2, 3))
     prune_images(video, images)
     prune_images(tiny, images)
-    with Image.open(images / Path(video.extra["images"]["thumbnail"]).name) as thumb:
-        assert thumb.size[0] <= THUMB_BOX[0] and thumb.size[1] <= THUMB_BOX[1]
-        assert abs(thumb.size[0] / thumb.size[1] - 5) < 0.3
-    with Image.open(images / Path(tiny.extra["images"]["thumbnail"]).name) as thumb:
-        assert thumb.size == (16, 16)  # never enlarged
+    for role, path in video.extra["blocks"][0]["images"].items():
+        height, width, _ = _pixels(images, path).shape
+        assert width <= PREVIEW_BOX[0] and height <= PREVIEW_BOX[1] and abs(width / height - 5) < 0.3, role
+    for role, path in tiny.extra["blocks"][0]["images"].items():
+        assert _pixels(images, path).shape == (16, 16, 3), role  # never enlarged
 
 
 def test_policy_all_keeps_everything(tmp_path):
@@ -97,7 +126,7 @@ def test_missing_candidate_or_no_images(tmp_path):
     case = _case(images, Status.PASS)
     (images / Path(case.extra["images"]["candidate"]).name).unlink()
     prune_images(case, images)
-    assert "images" not in case.extra and _files(images) == []
+    assert "images" not in case.extra and "blocks" not in case.extra and _files(images) == []
     plain = CaseResult("flux/ring2/native/fp32/tensor", "flux", "default", "tensor", "ring2", 2, "native", "fp32",
                        Status.PASS, extra={"abs_err_hist": {}})
     prune_images(plain, images)
@@ -112,8 +141,8 @@ def test_unknown_policy_is_refused(tmp_path):
 
 def test_an_images_block_is_pruned_like_the_images_key(tmp_path):
     """Pictures given as a detail block (harness.core.figures.images, with captions) are pruned the same way: a
-    passing case keeps the thumbnail in its block, the captions stay; a failing one keeps its block as it was; a
-    block whose candidate is gone goes, the other blocks stay."""
+    passing case keeps the previews in its block, the captions stay and the note is added; a failing one keeps its
+    block as it was; a block whose candidate is gone goes, the other blocks stay."""
     from harness.core.figures import histogram, images
 
     folder = tmp_path / "images"
@@ -127,7 +156,8 @@ def test_an_images_block_is_pruned_like_the_images_key(tmp_path):
     for case in (passing, failing, lost):
         prune_images(case, folder)
     block = passing.extra["blocks"][0]
-    assert list(block["images"]) == ["thumbnail"] and block["captions"] == {"reference": "the reference"}
+    assert list(block["images"]) == ["reference", "candidate", "diff"] and block["note"] == NOTE
+    assert block["captions"] == {"reference": "the reference"}
     assert failing.extra["blocks"] == before
     assert [b["type"] for b in lost.extra["blocks"]] == ["histogram"]
-    assert len([name for name in _files(folder) if name.startswith("thumb-")]) == 1
+    assert len([name for name in _files(folder) if name.startswith("preview-")]) == 3

@@ -1,11 +1,16 @@
-"""benchmarks/results_diff.py, the check that the groundwork changed no verdict: a run against itself across the
-field layouts is 0 differences, and a changed status, figure or evidence item is named."""
+"""benchmarks/results_diff.py, the check that a change of the harness changed no verdict: a real run against itself
+is 0 differences, and a changed status, figure, evidence item or a figure gone is named."""
 
 import importlib.util
 import json
 from pathlib import Path
 
+from harness.core.results import Status, read_results
+from tests.records import REAL_RUN
+
 ROOT = Path(__file__).resolve().parents[2]
+TP2 = "flux/tp2/native/fp32/tensor"
+TRAIN = "flux/ulysses2/native/bf16/train"
 
 
 def _script():
@@ -15,53 +20,33 @@ def _script():
     return module
 
 
-BEFORE = [{"case_id": "m/ulysses2/native/bf16/train", "kind": "train", "status": "PASS", "reason": "",
-           "max_abs_err": 0.0055, "grad_err": 0.0097, "seconds": 0.44, "evidence": [],
-           "extra": {"vs_baseline": {"psnr": float("inf")}, "forward_s": 0.4}},
-          {"case_id": "m/tp2/native/fp32/train", "kind": "train", "status": "XFAIL", "reason": "known issue: x",
-           "max_abs_err": 1e-6, "grad_err": 2e-3, "seconds": 0.5,
-           "evidence": [{"check": "ranks_agree", "subject": "a.weight", "text": "t", "known": "k"}], "extra": {}}]
+def _run() -> dict:
+    """The real run's cases by id, read afresh (each test changes its own copy)."""
+    return {case.case_id: case for case in read_results(REAL_RUN)[1]}
 
 
-def _after(before):
-    after = []
-    for case in before:
-        figures = [{"name": "grad_err", "value": case["grad_err"]},
-                   {"name": "weight_max_abs_err", "value": case["max_abs_err"]},
-                   {"name": "seconds", "value": 9.9}]  # a timing: never compared
-        if "vs_baseline" in case["extra"]:
-            figures.append({"name": "vs_baseline_psnr", "value": "inf"})
-        after.append({"case_id": case["case_id"], "kind": case["kind"], "status": case["status"],
-                      "reason": case["reason"], "figures": figures, "evidence": case["evidence"], "extra": {}})
-    return after
-
-
-def test_the_same_run_in_both_layouts_has_no_difference(tmp_path):
-    counted, differences = _script().compare(BEFORE, _after(BEFORE))
+def test_a_run_against_itself_has_no_difference():
+    counted, differences = _script().compare(list(_run().values()), list(_run().values()))
     assert differences == []
-    assert counted["figures"] == 5 and counted["evidence items"] == 1
+    assert counted["cases"] == 8 and counted["figures"] == sum(len(case.figures) for case in _run().values())
 
 
-def test_a_changed_status_figure_or_evidence_is_named(tmp_path):
-    after = _after(BEFORE)
-    after[0]["figures"][0]["value"] = 0.02
-    after[1]["status"] = "FAIL"
-    after[1]["evidence"] = []
-    _, differences = _script().compare(BEFORE, after)
-    assert differences == ["m/tp2/native/fp32/train: status 'XFAIL' -> 'FAIL'",
-                           "m/tp2/native/fp32/train: evidence differs",
-                           "m/ulysses2/native/bf16/train: figure grad_err 0.0097 -> 0.02"]
-    before, new = tmp_path / "before.json", tmp_path / "after.json"
-    before.write_text(json.dumps({"cases": BEFORE}))
-    new.write_text(json.dumps({"cases": after}))
-    assert _script().main([str(before), str(new)]) == 1
+def test_a_changed_status_figure_or_evidence_is_named():
+    after = _run()
+    after[TRAIN].figures[0]["value"] = 0.02
+    after[TP2].status, after[TP2].evidence = Status.FAIL, [{"check": "max_abs_err", "text": "t"}]
+    after[TP2].figures = [figure for figure in after[TP2].figures if figure["name"] != "mean_abs_err"]
+    _, differences = _script().compare(list(_run().values()), list(after.values()))
+    grad_err = _run()[TRAIN].figures[0]["value"]
+    assert differences == [f"{TP2}: status 'PASS' -> 'FAIL'", f"{TP2}: figure mean_abs_err is gone",
+                           f"{TP2}: evidence differs", f"{TRAIN}: figure grad_err {grad_err!r} -> 0.02"]
 
 
-def test_two_runs_of_the_typed_layout_compare_figure_by_figure():
-    """Found comparing two full plans of today: every figure was reported new, the typed figures of before unread."""
-    run = _after(BEFORE)
-    counted, differences = _script().compare(run, _after(BEFORE))
-    assert differences == [] and counted["figures"] == 5
-    changed = _after(BEFORE)
-    changed[1]["figures"][1]["value"] = 2e-6
-    assert _script().compare(run, changed)[1] == ["m/tp2/native/fp32/train: figure weight_max_abs_err 1e-06 -> 2e-06"]
+def test_the_command_reads_two_results_files_and_exits_1_on_a_difference(tmp_path, capsys):
+    payload = json.loads(REAL_RUN.read_text())
+    payload["cases"][0]["status"] = "FAIL"
+    changed = tmp_path / "results.json"
+    changed.write_text(json.dumps(payload))
+    assert _script().main([str(REAL_RUN), str(REAL_RUN)]) == 0
+    assert _script().main([str(REAL_RUN), str(changed)]) == 1
+    assert "flux/single/native/fp32/tensor: status 'PASS' -> 'FAIL'" in capsys.readouterr().out

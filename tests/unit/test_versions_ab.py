@@ -13,6 +13,7 @@ import pytest
 from harness.versions import ab
 from harness.versions.envs import Env
 from harness.versions.revisions import Revision
+from tests.records import REAL_RUN, tensor_case
 
 FAKE_RUN = """import json, sys, pathlib
 side, rows, args = sys.argv[1], json.loads(pathlib.Path(sys.argv[2]).read_text()), sys.argv[4:]
@@ -32,14 +33,9 @@ sys.exit(1 if any(case["status"] == "FAIL" for case in rows["cases"]) else 0)
 """
 
 
-def case(case_id: str, status: str, figure: float, **extra) -> dict:
-    model, layout, backend, dtype, kind = case_id.split("/")
-    return {"case_id": case_id, "model": model, "shape": "default", "layout": layout, "backend": backend,
-            "dtype": dtype, "kind": kind, "world_size": 1 if layout == "single" else 2, "status": status,
-            "figures": [{"name": "max_abs_err", "label": "max abs err", "value": figure, "fmt": ".3g",
-                         "cell": "{value:.1e}"}],
-            "reason": "" if status == "PASS" else f"max abs err {figure:.3g} > tolerance",
-            "extra": extra}
+def case(case_id: str, max_abs_err: float, vs_single: float | None = None) -> dict:
+    """A tensor case as results.json holds it, judged by the harness's own verdict."""
+    return tensor_case(case_id, max_abs_err, vs_single).to_dict()
 
 
 class FakeEnv(Env):
@@ -83,8 +79,8 @@ def summary(lines: list[str]) -> str:
 
 def test_a_fix_is_reported_and_exits_0_a_regression_exits_1(tmp_path, sides):
     rows, _ = sides
-    broken = [case(SINGLE, "PASS", 0.0), case(ULYSSES, "FAIL", 2.19e-2, vs_baseline_max_abs=2.19e-2)]
-    fixed = [case(SINGLE, "PASS", 0.0), case(ULYSSES, "PASS", 2.4e-7, vs_baseline_max_abs=2.4e-7)]
+    broken = [case(SINGLE, 0.0), case(ULYSSES, 2.19e-2, vs_single=2.19e-2)]
+    fixed = [case(SINGLE, 0.0), case(ULYSSES, 2.4e-7, vs_single=2.4e-7)]
     rows.update(base={"cases": broken, "captures": ["tensor.safetensors"]}, head={"cases": fixed})
     code, lines = run_ab(tmp_path)
     assert code == 0 and "1 changed status (0 regressions)" in summary(lines)
@@ -100,22 +96,22 @@ def test_a_fix_is_reported_and_exits_0_a_regression_exits_1(tmp_path, sides):
 
 def test_a_changed_model_is_told_from_a_parallel_bug(tmp_path, sides):
     rows, _ = sides
-    base = [case(SINGLE, "PASS", 0.0), case(ULYSSES, "PASS", 2.4e-7, vs_baseline_max_abs=2.4e-7)]
-    head = [case(SINGLE, "FAIL", 3e-2), case(ULYSSES, "FAIL", 3e-2, vs_baseline_max_abs=2.4e-7)]
+    base = [case(SINGLE, 0.0), case(ULYSSES, 2.4e-7, vs_single=2.4e-7)]
+    head = [case(SINGLE, 3e-2), case(ULYSSES, 3e-2, vs_single=2.4e-7)]
     rows.update(base={"cases": base}, head={"cases": head})
     code, lines = run_ab(tmp_path)
     assert "single device: the model itself changed: " + SINGLE in summary(lines)
-    assert f"parallel parity, head: 1 FAIL; worst fp32 layout against its own single-device run: 2.4e-07 ({ULYSSES})" \
-        in lines
-    rows["head"]["cases"] = [case(SINGLE, "PASS", 0.0), head[1]]  # negative control: the model unchanged
+    assert f"parallel parity, head: 1 FAIL; worst fp32 layout against its own single-device run: tensor 2.4e-07 " \
+           f"({ULYSSES})" in lines
+    rows["head"]["cases"] = [case(SINGLE, 0.0), head[1]]  # negative control: the model unchanged
     code, lines = run_ab(tmp_path)
     assert "single device: unchanged" in summary(lines)
 
 
 def test_the_base_references_are_reused_only_for_the_same_revision(tmp_path, sides):
     rows, _ = sides
-    rows.update(base={"cases": [case(SINGLE, "PASS", 0.0)], "captures": ["tensor.safetensors"]},
-                head={"cases": [case(SINGLE, "PASS", 0.0)], "captures": ["image.safetensors"]})
+    rows.update(base={"cases": [case(SINGLE, 0.0)], "captures": ["tensor.safetensors"]},
+                head={"cases": [case(SINGLE, 0.0)], "captures": ["image.safetensors"]})
     run_ab(tmp_path)
     reference = tmp_path / "ab/references/flux/tensor.safetensors"
     assert reference.read_text() == "base"
@@ -128,3 +124,21 @@ def test_the_base_references_are_reused_only_for_the_same_revision(tmp_path, sid
     assert not (tmp_path / "ab/references/flux/image.safetensors").exists()  # the head's capture stays its own
     run_ab(tmp_path, base="another")  # negative control: another base revision captures anew
     assert reference.read_text() == "base"
+
+
+def test_a_real_run_shows_each_sides_parity_and_the_single_device_run_of_the_train_cases(tmp_path, sides):
+    """On a real run's results.json: the parity line names the fp32 layout furthest from its own single-device run
+    (found missing: it read a field that had moved into the figures), and the train kind, which runs no single
+    layout there, shows the single-device run measured inside its ulysses2 case, the base's beside the head's."""
+    rows, _ = sides
+    real = json.loads(REAL_RUN.read_text())["cases"]
+    rows.update(base={"cases": real}, head={"cases": real})
+    code, lines = run_ab(tmp_path)
+    assert code == 0 and "single device: unchanged (largest error 0)" in summary(lines)
+    assert "parallel parity, head: 6 PASS; worst fp32 layout against its own single-device run: tensor 1.79e-07 " \
+           "(flux/ulysses2/native/fp32/tensor)" in lines
+    assert "  flux/ulysses2/native/fp32/train (its single-device run): base single_grad_err=0; head " \
+           "single_grad_err=0" in lines
+    assert "  flux/single/native/fp32/tensor: base PASS max_abs_err=0; head PASS max_abs_err=0" in lines
+    assert "| `flux/ulysses2/native/fp32/train (its single-device run)` | single_grad_err=0 | single_grad_err=0 |" \
+        in (tmp_path / "ab/matrix.md").read_text()

@@ -4,14 +4,18 @@ which build environments and run the harness, run in `nox -s versions`)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
 
 from harness.core.errors import HarnessError
+from harness.core.results import read_results
 from harness.versions import bisect, revisions
-from harness.versions.bisect_git import run_bisect
+from harness.versions.bisect_git import _read_steps, run_bisect
+from harness.versions.search import Step
+from tests.records import REAL_RUN
 from tests.unit.versions_helpers import RELEASES, fake_checkout, git, state_of
 
 
@@ -101,3 +105,13 @@ def test_git_bisect_names_the_skipped_commits_that_hide_the_change(tmp_path):
     found, skipped = run_bisect(repo, commits[0], commits[-1], ("good", "bad"), [sys.executable, str(step), "broke"],
                                 tmp_path, tmp_path / "cache", lambda line: None)
     assert [commit[:7] for commit in skipped] == [commits[2][:7], commits[3][:7]]
+
+
+def test_a_git_bisect_step_reaches_the_parent_as_the_records_it_ran(tmp_path):
+    """Each `git bisect run` step appends its revision's cases to steps.jsonl; the parent reads them back whole, to
+    name the first changed commit's figures and write its repro scripts."""
+    step = Step("abc1234 a commit", {case.case_id: case for case in read_results(REAL_RUN)[1]}, "/env/bin/python")
+    steps = tmp_path / "steps.jsonl"
+    steps.write_text(json.dumps({"commit": "abc1234", **step.to_dict()}) + "\n")
+    assert _read_steps(steps) == {"abc1234": step}
+    assert step.lines()[0] == "flux/single/native/fp32/tensor PASS max_abs_err=0"

@@ -16,6 +16,7 @@ import pytest
 
 from harness.core.errors import HarnessError
 from harness.versions import repro
+from harness.versions.cases import as_flags, plan_options
 from tests.unit.versions_helpers import OPT_IN, figure_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,10 +60,7 @@ def test_what_cannot_be_scripted_is_one_clear_line(tmp_path, case_id, said):
 
 def matrix_and_script(tmp_path: Path, case_id: str, world_size: int) -> tuple[dict, str]:
     """The case's row from `harness run`, and what its script printed run alone under torchrun."""
-    options = dict(zip(("models", "layouts", "backends", "dtypes", "kinds"),
-                       case_id.replace("@masked", "").split("/"), strict=True))
-    shape = ["--shapes=masked"] if "@masked" in case_id else []
-    flags = [f"--{name}={value}" for name, value in options.items()] + shape
+    flags = as_flags(plan_options([case_id]))
     subprocess.run([sys.executable, "-m", "harness", "run", *flags, f"--report-dir={tmp_path / 'run'}"], cwd=ROOT,
                    capture_output=True, timeout=600)
     row = next(case for case in json.loads((tmp_path / "run/results.json").read_text())["cases"]

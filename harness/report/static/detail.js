@@ -9,7 +9,8 @@
   R.detail = function (c, D) {
     var x = R.extraOf(c);
     return '<button type="button" class="close" data-close title="remove this case from the opened cases">close' +
-      "</button>" + whereHTML(c, D) + reasonHTML(c) + reproHTML(x) + evidenceHTML(c) + figuresHTML(c) + blocksHTML(x) +
+      "</button>" + whereHTML(c, D) + reasonHTML(c) + knownHTML(c) + reproHTML(x) + evidenceHTML(c) + figuresHTML(c) +
+      blocksHTML(x) +
       (x.images ? imagesBlock({title: "Images", images: x.images}) : "") + localizationHTML(c, x) + commsHTML(x) +
       factsHTML(c, x) + (x.traceback ? '<h4>Traceback</h4><pre class="traceback">' + esc(x.traceback) + "</pre>" : "") +
       otherHTML(x, c.left, D.drawn);
@@ -20,6 +21,28 @@
   }
   function reasonHTML(c) {
     return c.reason ? '<h4>Reason</h4><pre class="reason">' + esc(c.reason) + "</pre>" : "";
+  }
+  // A link out of the page to a known issue's traced cause (embed.py keeps only http(s) ones; checked again here).
+  R.causeLink = function (url) {
+    return /^https?:\/\//.test(url || "") ? '<a class="cause-link" href="' + esc(url) + '" target="_blank" ' +
+      'rel="noopener noreferrer">traced cause \u2197</a>' : "";
+  };
+  function entryOf(c, key) {
+    return c.known.filter(function (k) { return k.key === key; })[0] || null;
+  }
+  function knownHTML(c) {  // the known_issues.toml entries that excused the case (or list it, for an XPASS)
+    if (!c.known.length) { return ""; }
+    var items = c.known.map(function (k) {
+      return '<li class="known-entry"><span class="known-title">' + esc(k.title || k.key) + "</span> " +
+        R.causeLink(k.link) + ' <span class="muted">' + esc(k.key) + "</span></li>";
+    });
+    return "<h4>Known issue" + (items.length > 1 ? "s" : "") + '</h4><ul class="known">' + items.join("") + "</ul>";
+  }
+  function excusedHTML(c, e) {  // who excused a failed check: its entry's title (its key where the case has none)
+    if (!e.known) { return ""; }
+    var entry = entryOf(c, e.known);
+    return '<span class="known-title" title="' + esc(e.known) + '">' + esc(entry && entry.title || e.known) +
+      "</span>";
   }
   function reproHTML(x) {  // a FAIL a standalone script reproduces: the command that writes it (verdict.note_repro)
     return typeof x.repro === "string" ? '<p class="repro">Reproduce it alone, for an upstream report: <code>' +
@@ -34,16 +57,17 @@
     if (!c.evidence.length) { return ""; }
     var rows = c.evidence.map(function (e) {
       if (e.more) {
-        return '<tr class="more"><td><code>' + esc(e.check) + '</code></td><td colspan="4" class="muted">and ' +
+        return '<tr class="more"><td><code>' + esc(e.check) + '</code></td><td colspan="5" class="muted">and ' +
           e.more + " more (every one in results.json)</td></tr>";
       }
       return '<tr data-check="' + esc(e.check) + '"><td><code>' + esc(e.check) + "</code></td><td>" +
         (e.subject ? "<code>" + esc(e.subject) + "</code>" : R.DASH) + '</td><td class="n">' + esc(e.value || R.DASH) +
-        '</td><td class="n">' + esc(e.limit || R.DASH) + "</td><td>" + esc(e.known || "") + "</td></tr>";
+        '</td><td class="n">' + esc(e.limit || R.DASH) + '</td><td class="n band">' + esc(e.band || "") +
+        "</td><td>" + excusedHTML(c, e) + "</td></tr>";
     });
     var total = c.evidence.reduce(function (n, e) { return n + (e.more || 1); }, 0);
     return "<h4>Failed checks (" + total + ")</h4>" + table("evidence", ["check", "subject", "figure", "limit",
-      "excused by known issue"], rows);
+      "known band", "excused by known issue"], rows);
   }
   function figuresHTML(c) {
     if (!c.figures.length) { return ""; }

@@ -46,8 +46,10 @@
     });
     c.evidence = (c.evidence || []).map(function (e) {
       return {check: txt("evidence", e[0]), subject: txt("evidence", e[1]), value: txt("evidence", e[2]),
-              limit: txt("evidence", e[3]), known: txt("evidence", e[4]), more: e[5] || 0};
+              limit: txt("evidence", e[3]), known: txt("evidence", e[4]), band: txt("evidence", e[5]),
+              more: e[6] || 0};
     });
+    c.known = (c.known_issues || []).map(function (k) { return D.v[k]; });  // {key, title, link} (embed.py)
     c.decoded = true;
     return c;
   }
@@ -98,7 +100,8 @@
   function buildGroup(group) {
     var key = group.getAttribute("data-group");
     if (built[key]) { return; }
-    var title = group.querySelector(".why").textContent;
+    // A row says what its group does not: the reason after the group's title (or its entries' cause, sections.py)
+    var title = (group.querySelector(".cause") || group.querySelector(".why")).textContent;
     var rows = D.g[key].map(function (i) {
       var c = cases[i], note = c.reason;
       if (note.indexOf(title) === 0) { note = note.slice(title.length).replace(/^;\s*/, ""); }

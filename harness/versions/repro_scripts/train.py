@@ -95,7 +95,7 @@ def judge(found, single):
     """The harness's verdict (harness/kinds/train.py): fp32 by fixed limits. Low precision: the harness takes the
     largest error of five single-device draws of the dtype's noise; this script has the first draw only, so its
     limits (noise_factor x that run) are at most the harness's: a PASS here is one there."""
-    limits, factor = CASE["train_limits"], CASE["noise_factor"]
+    limits, factor = CASE["limits"], CASE["noise_factor"]
     if CASE["dtype"] == "fp32":
         wrong = [name for name, value in found["per_param"].items() if value > limits["grad_rel"]]
         broken = [f"loss rel err {found['loss_rel']:.3g} > {limits['loss_rel']:.3g}"] \
@@ -133,8 +133,8 @@ def main():
         show(f"single device ({CASE['backend']}, {CASE['dtype']}) vs reference", single)
         show(f"{CASE['layout']['name']} ({CASE['backend']}, {CASE['dtype']}) vs reference", found)
         if CASE["dtype"] == "fp32":
-            print(f"  limits: loss rel {CASE['train_limits']['loss_rel']:.3g}, gradient rel L2 "
-                  f"{CASE['train_limits']['grad_rel']:.3g} per parameter")
+            print(f"  limits: loss rel {CASE['limits']['loss_rel']:.3g}, gradient rel L2 "
+                  f"{CASE['limits']['grad_rel']:.3g} per parameter")
         else:
             print(f"  limits: {CASE['noise_factor']}x the single-device {CASE['dtype']} run's errors")
         print(f"{CASE['id']}: {judge(found, single)}", flush=True)

@@ -1,0 +1,20 @@
+"""Deliberate bugs for negative controls: each must make the harness report FAIL (docs/selftest.md).
+
+One module per family, each fault registered by `@fault` on its own code (harness.faults.registry). Importing the
+package imports every family, so the registry is whole wherever it is read.
+"""
+
+from harness.faults import (  # noqa: F401 - each family registers its faults on import
+    backends,
+    compiled,
+    cp,
+    model,
+    reliability,
+    targeted,
+    torch_cp,
+    tp,
+    training,
+)
+from harness.faults.registry import REGISTERED, Fault, active, check, fault, find, is_model_change, usages
+
+__all__ = ["REGISTERED", "Fault", "active", "check", "fault", "find", "is_model_change", "usages"]

@@ -1,0 +1,84 @@
+"""Reliability faults: a rank that hangs, raises or is killed, and on several nodes a hung rank or a killed torchrun
+agent. Each must cost only its own case, reported as TIMEOUT or ERROR naming the rank (tests/unit/test_reliability.py,
+tests/unit/test_multinode.py)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from harness.faults.registry import fault
+
+
+@contextlib.contextmanager
+def _on_rank1(action):
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_rank() == 1:
+        action()
+    yield
+
+
+@contextlib.contextmanager
+def _on_node1(action, local_rank: int):
+    """`action` on one rank of node 1 (its local rank `local_rank`, -1 for the last); a no-op on one host."""
+    import os
+
+    from harness.core.records import NODE_ENV
+
+    local, count = int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if os.environ.get(NODE_ENV) == "1" and local == local_rank % count:
+        action()
+    yield
+
+
+def _sleep_forever():
+    import time
+
+    time.sleep(3600)
+
+
+def _raise():
+    raise RuntimeError("deliberate failure on rank 1 (raise_rank1)")
+
+
+def _sigkill_self():
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _sigkill_agent():
+    """Kill this node's torchrun (which started this rank), then wait, as a node whose agent died does no more
+    work: the case cannot finish before the node's harness agent has seen it."""
+    import os
+    import signal
+
+    os.kill(os.getppid(), signal.SIGKILL)
+    _sleep_forever()
+
+
+@fault("reliability: rank 1 never reaches the collective the others wait in")
+def hang_rank1():
+    return _on_rank1(_sleep_forever)
+
+
+@fault("reliability: rank 1 raises before the forward while the others wait in a collective")
+def raise_rank1():
+    return _on_rank1(_raise)
+
+
+@fault("reliability: rank 1 is killed (SIGKILL) in the middle of the case")
+def kill_rank1():
+    return _on_rank1(_sigkill_self)
+
+
+@fault("reliability, several nodes: the last rank of node 1 never reaches the collective (none elsewhere)")
+def hang_node1():
+    return _on_node1(_sleep_forever, -1)
+
+
+@fault("reliability, several nodes: node 1's torchrun agent is killed (SIGKILL) in the middle of the case, and its "
+       "ranks stop (none elsewhere)")
+def kill_agent_node1():
+    return _on_node1(_sigkill_agent, 0)
