@@ -68,7 +68,7 @@ def _compile(context: RankContext, case: Case, built) -> CompiledRun | None:
 
 def _prove_comms(case: Case, built, recorder: RunRecorder | CompiledRun) -> dict:
     """The collectives the run performed, and what the layout predicts it must have (harness.rank.comms_check)."""
-    expected = comms_check.predict(built.module, case.layout, built.cp_plan, recorder)
+    expected = comms_check.predict(built.module, case.layout, built.cp_plan, recorder, backward=built.loss is not None)
     if isinstance(recorder, CompiledRun):
         expected = recorder.in_graphs(expected)
     return {"comms": recorder.recorded(), "comms_expected": [item.to_dict() for item in expected]}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.evidence import Evidence
-from harness.core.figures import PARITY, FigureSpec
+from harness.core.figures import PARITY, SINGLE_DEVICE, FigureSpec
 from harness.core.options import Option
 from harness.kinds.base import Built, Check, Kind, slice_ids
 
@@ -28,6 +28,8 @@ VS_SSIM = FigureSpec("vs_baseline_ssim", "SSIM vs one device, same dtype", ".6f"
 VS_PSNR = FigureSpec("vs_baseline_psnr", "PSNR vs one device, same dtype (dB)", ".2f")
 VS_MAX = FigureSpec("vs_baseline_max_abs", "max pixel diff to one device, same dtype", role=PARITY)
 NOISE = FigureSpec("noise_max_abs", "max pixel diff of the noisiest single-device draw, same dtype")
+SINGLE_RUN = FigureSpec("single_max_abs_err", "max pixel error of the single-device picture (same dtype)",
+                        role=SINGLE_DEVICE)
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ class ImageKind(Kind):
     help = "a whole tiny pipeline, judged on the picture"
     checks = {"nonfinite": Check(), "ssim": Check("comparisons"), "psnr": Check("comparisons"),
               "max_pixel_err": Check("comparisons")}
-    figures = (SSIM, PSNR, MAX_PIXEL, MEAN_PIXEL, NONFINITE, BASELINE, VS_SSIM, VS_PSNR, VS_MAX, NOISE)
+    figures = (SSIM, PSNR, MAX_PIXEL, MEAN_PIXEL, NONFINITE, BASELINE, VS_SSIM, VS_PSNR, VS_MAX, NOISE, SINGLE_RUN)
     # For the tiny pipelines (64x64, 2 steps), from benchmarks/image_separation.py: correct layouts measure fp32 SSIM
     # 1 - 1e-12, PSNR >= 110 dB, max <= 1e-5; bf16 (vs the fp32 and the bf16 single-device picture) SSIM >= 0.9991,
     # PSNR >= 46.5 dB, max <= 0.039; broken layouts SSIM <= 0.86, PSNR <= 25.3 dB, max >= 0.27 in every dtype (SSIM
@@ -162,8 +164,10 @@ class ImageKind(Kind):
         expected = reference.output.numpy()
         full = image_metrics(output, expected)
         metrics = scalar_metrics(full)
+        if isinstance(baseline, np.ndarray):
+            metrics["single"] = scalar_metrics(image_metrics(baseline, expected))
         if case.dtype != "fp32" and isinstance(baseline, np.ndarray):
-            metrics["baseline"] = scalar_metrics(image_metrics(baseline, expected))
+            metrics["baseline"] = metrics["single"]
             metrics["vs_baseline"] = scalar_metrics(image_metrics(output, baseline))
             draws = draws or {}
             metrics["noise"] = {name: scalar_metrics(image_metrics(run, baseline)) for name, run in draws.items()
@@ -214,6 +218,8 @@ class ImageKind(Kind):
         for subject, measured, held_to in against:
             found += [Evidence(check, f"{subject}: {text}", subject, value, limit)
                       for check, value, limit, text in violations(measured, held_to)]
+        if "single" in metrics:  # what a changed model, backend or compiler shows: one device off the reference too
+            figures.append(SINGLE_RUN.of(metrics["single"]["max_abs_err"], limits["max_abs_err_max"]))
         result.figures = figures
         return found
 

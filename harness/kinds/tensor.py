@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.evidence import Evidence
-from harness.core.figures import PARITY, FigureSpec, histogram
+from harness.core.figures import PARITY, SINGLE_DEVICE, FigureSpec, histogram
 from harness.core.options import Option
 from harness.kinds.base import FULL_COMPILE_FAMILIES, TORCH_CP_NOT_SCRIPTED, Built, Check, Kind, slice_ids
 
@@ -27,6 +27,7 @@ RATIO = FigureSpec("err_ratio", "mean err ratio (vs one device, same dtype)")
 MAX_RATIO = FigureSpec("max_err_ratio", "max err ratio (vs one device, same dtype)")
 VS_BASELINE = FigureSpec("vs_baseline_max_abs", "max abs diff to one device, same dtype", role=PARITY)
 NOISE = FigureSpec("noise_max_abs", "max abs diff of the noisiest single-device draw, same dtype")
+SINGLE_RUN = FigureSpec("single_max_abs_err", "max abs err of the single-device run (same dtype)", role=SINGLE_DEVICE)
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class TensorKind(Kind):
     help = "one forward of the transformer"
     checks = {"nonfinite": Check(), "max_abs_err": Check(), "err_ratio": Check(), "max_err_ratio": Check(),
               "vs_baseline_max_abs": Check()}
-    figures = (MAX_ABS, MEAN_ABS, MAX_REL, NONFINITE, BASELINE, RATIO, MAX_RATIO, VS_BASELINE, NOISE)
+    figures = (MAX_ABS, MEAN_ABS, MAX_REL, NONFINITE, BASELINE, RATIO, MAX_RATIO, VS_BASELINE, NOISE, SINGLE_RUN)
     # Correct fp32 layouts measure <= 8.3e-7 on the tiny zoo and the classic broken layout ~1e-2, so fp32 stays tight;
     # low precision is judged by the error budget against its own single-device run besides (docs/judging.md).
     limits = Option("limits", {"fp32": 1e-5, "bf16": 0.15, "fp16": 2e-2},
@@ -199,6 +200,8 @@ class TensorKind(Kind):
             # How far the layout is from the single-device run of the same model: kept on FAIL too, where it tells
             # a changed model (layouts agree, ~1e-7) from a parallel bug.
             figures.append(VS_BASELINE.of(metrics.get("vs_baseline_max_abs")))
+        if baseline is not None:  # what a changed model, backend or compiler shows: one device off the reference too
+            figures.append(SINGLE_RUN.of(baseline["max_abs_err"], policy.tolerance))
         result.figures = figures
         return found
 

@@ -12,8 +12,13 @@ Derived from the layout, the model's module tree and its plans, never from the r
   rotation gathers the K/V buffer once (1 all-gather per call) and whose all-to-all rotation passes it on degree - 1
   times (`permute_tensor`, an all-to-all each).
 These are minimums: a module may communicate more (an attention mask all-gathered under Ulysses, the sizes exchanged
-by `*any` layouts, an LSE all-to-all); what it may not do is skip what its layout needs. Backward collectives are
-recorded but not predicted.
+by `*any` layouts, an LSE all-to-all); what it may not do is skip what its layout needs.
+
+A run with a backward (a train case) must communicate in it too, all under `(backward)` (the recorder cannot tell
+which module's backward runs): Ulysses sends each attention call's gradients back the way its forward sent q, k, v
+and the output (4 all-to-alls a call); the ring gathers the K/V buffer again (1 all-gather a call) and passes the
+K/V gradients around the ring (degree - 1 all-to-alls a call, `permute_tensor`); tensor parallelism all-reduces
+the input gradients of its column-wise layers (at least one). PyTorch's own ring's backward is not predicted.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 from harness.catalogue.attention import attention_classes
 from harness.rank.comms import CONTEXT
+from harness.rank.recorder import BACKWARD
 
 ULYSSES_PER_CALL = 4  # q, k, v before the attention, its output after
 
@@ -59,14 +65,16 @@ def _is_rowwise(style) -> bool:
     return style == "rowwise" or type(style).__name__ == "PackedRowwiseParallel"
 
 
-def predict(model, layout, cp_plan: dict | None, recorder) -> list[Expectation]:
-    """What `layout` must make each called module of `model` communicate (`recorder`: its calls per module)."""
+def predict(model, layout, cp_plan: dict | None, recorder, backward: bool = False) -> list[Expectation]:
+    """What `layout` must make each called module of `model` communicate (`recorder`: its calls per module), and
+    with `backward` what the backward of the run must."""
     expected, calls = [], recorder.calls
     if layout.is_context_parallel:
         plan = cp_plan if cp_plan is not None else getattr(model, "_cp_plan", None) or {}
         split = {name for value in plan.values() if isinstance(value, dict) for name in value}
         whole_context = {} if CONTEXT in split else recorder.context_calls
-        expected += _attention(model, layout, {name: n - whole_context.get(name, 0) for name, n in calls.items()})
+        attention = _attention(model, layout, {name: n - whole_context.get(name, 0) for name, n in calls.items()})
+        expected += attention + (_attention_backward(attention, layout) if backward else [])
         for key, value in plan.items():
             per_call = _gathered_outputs(value)
             for name in _matches(key, calls) if per_call else []:
@@ -75,10 +83,32 @@ def predict(model, layout, cp_plan: dict | None, recorder) -> list[Expectation]:
     if layout.is_torch_context_parallel:
         expected += _torch_ring(model, layout, calls)
     if layout.tp > 1:
-        for key, style in (getattr(model, "_tp_plan", None) or {}).items():
+        plan = getattr(model, "_tp_plan", None) or {}
+        for key, style in plan.items():
             for name in _matches(key, calls) if _is_rowwise(style) else []:
                 expected.append(Expectation(name, "all_reduce", calls[name],
                                             f"{calls[name]} call(s) of a _tp_plan row-wise layer (partial sums)"))
+        columns = sum(calls[name] for key, style in plan.items() if not _is_rowwise(style)
+                      for name in _matches(key, calls))
+        if backward and columns:
+            expected.append(Expectation(BACKWARD, "all_reduce", 1, f"{columns} call(s) of _tp_plan column-wise "
+                                                                   "layers: their input gradients' partial sums"))
+    return expected
+
+
+def _attention_backward(forward: list[Expectation], layout) -> list[Expectation]:
+    """The backward's share of the attention calls' exchanges (all under BACKWARD)."""
+    calls = sum(item.at_least for item in forward if item.collective == "all_gather")  # the ring: one a call
+    to_all = sum(item.at_least for item in forward if item.collective == "all_to_all")  # Ulysses: four a call
+    expected = []
+    if layout.ulysses > 1 and to_all:
+        expected.append(Expectation(BACKWARD, "all_to_all", to_all, f"Ulysses: the gradients of {to_all // 4} "
+                                                                    "attention call(s) sent back (q, k, v, output)"))
+    if layout.ring > 1 and calls:
+        expected += [Expectation(BACKWARD, "all_gather", calls, f"ring: the K/V buffer of {calls} attention call(s) "
+                                                                "gathered again"),
+                     Expectation(BACKWARD, "all_to_all", (layout.ring - 1) * calls,
+                                 f"ring: the K/V gradients of {calls} attention call(s) passed on")]
     return expected
 
 

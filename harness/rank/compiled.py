@@ -10,6 +10,12 @@ times they ran. How often each module is called, what the prediction is scaled b
 compilation set aside (`torch.compiler.set_stance("force_eager")`) under the eager recorder: the model calls its
 modules alike either way, and a hook inside a compiled graph would change the graph it counts.
 
+The backward of a compiled training step is proven as an eager one is: it runs under the eager recorder's dispatch
+mode, which sees every op the backward dispatches, those of the compiled backward graphs (AOTAutograd's, run op by
+op by aot_eager, and Inductor's calls to collectives and to fallback attention kernels) and those diffusers'
+context-parallel backward runs in Python between them (an autograd.Function Dynamo does not put in a graph: a
+reader of the backward graphs alone found none of its all-to-alls). The compiled forward never runs under that mode.
+
 A graph's module names are relative to the frame Dynamo compiled it from, which is not always the model's own: a
 repeated block (regional compilation), or a frame Dynamo compiled on its own after a graph break. So each execution
 also names the module it ran in, the innermost module of the model whose method is on the Python stack, and the
@@ -18,6 +24,7 @@ graph's names are read under it. What the graphs cannot show is said in `notes`.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from collections import Counter, defaultdict
@@ -26,8 +33,8 @@ import torch
 
 from harness.core.modes import Mode, mode_of
 from harness.rank import comms, kernels
+from harness.rank.recorder import BACKWARD, RunRecorder
 
-BACKWARD = "(backward)"
 _SDPA = torch.nn.functional.scaled_dot_product_attention  # the builtin Dynamo records, whatever wraps it
 # How Dynamo names the compiled module itself in nn_module_stack, and a submodule reached by item.
 _ROOT = re.compile(r"^\.?(L\['[^']*'\]|forward\.__self__|self\b)")
@@ -55,6 +62,7 @@ class CompiledRun:
         self.names: dict[int, str] = {}  # id of each module of the compiled model -> its name there
         self.regions: list[str] = [""]  # the modules compiled ("": the model)
         self.outside: list[str] = []  # predicted exchanges outside them (in_graphs)
+        self.backward = None  # the measured run's backward, recorded op by op (a RunRecorder, once compiled)
         torch._dynamo.reset()  # a fresh cache per case: its graphs are this case's own
         torch._dynamo.utils.counters.clear()
 
@@ -62,6 +70,7 @@ class CompiledRun:
         """In place: whole (nn.Module.compile), or each repeated block (diffusers' compile_repeated_blocks);
         every graph through `backend`."""
         self.names = {id(sub): name for name, sub in module.named_modules()}
+        self.backward = RunRecorder(module)
         blocks = getattr(module, "_repeated_blocks", None) or ()
         self.regions = [name for name, sub in module.named_modules() if type(sub).__name__ in blocks] \
             if self.mode.regional else [""]
@@ -70,15 +79,13 @@ class CompiledRun:
     def in_graphs(self, expected: list) -> list:
         """The predicted exchanges of modules the compiled graphs cover (regional: inside a repeated block); the
         others run eager between the graphs, where the reader sees nothing, and are named in the notes."""
-        inside = [item for item in expected if any(item.module == region or item.module.startswith(f"{region}.")
-                                                   or not region for region in self.regions)]
+        inside = [item for item in expected if item.module == BACKWARD or any(
+            item.module == region or item.module.startswith(f"{region}.") or not region for region in self.regions)]
         self.outside = sorted({f"{item.module} {item.collective}" for item in expected if item not in inside})
         return inside
 
     def count_calls(self, built) -> None:
         """Each module's calls (and those given a `comms.CONTEXT` tensor): the kind's recorded run once, eager."""
-        from harness.rank.recorder import RunRecorder
-
         recorder = RunRecorder(built.module, built.kernel_scope)
         with torch.compiler.set_stance("force_eager"):
             built.run_recorded(recorder)
@@ -111,21 +118,18 @@ class CompiledRun:
             from torch._functorch.partitioners import min_cut_rematerialization_partition
 
             def forward(gm, inputs):
-                graph.read(gm, backward=False)
+                graph.read(gm)
                 return boxed_nop(gm, inputs)
 
-            def backward(gm, inputs):
-                graph.read(gm, backward=True)
-                return boxed_nop(gm, inputs)
-
-            return aot_autograd(fw_compiler=forward, bw_compiler=backward,
+            return aot_autograd(fw_compiler=forward, bw_compiler=boxed_nop,
                                 partition_fn=min_cut_rematerialization_partition,
                                 keep_inference_input_mutations=True)
         from torch._functorch import config as functorch_config
         from torch._inductor.compile_fx import compile_fx, compile_fx_inner
 
         def inner(gm, inputs, **kwargs):
-            graph.read(gm, backward=bool(kwargs.get("is_backward")))
+            if not kwargs.get("is_backward"):  # the backward is recorded as it runs (`_backward_recorded`)
+                graph.read(gm)
             return compile_fx_inner(gm, inputs, **kwargs)  # Inductor's FX graph cache still serves its code
 
         def inductor(gm, inputs):
@@ -139,13 +143,32 @@ class CompiledRun:
         self.measured_from, self.measuring = len(self.graphs), True
         for graph in self.graphs:
             graph.runs.clear()
+        self._recording_backward = self._backward_recorded()
+        self._recording_backward.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
+        self._recording_backward.__exit__(*exc)
         self.measuring = False  # what runs after (a train case's later steps) is not in the proof
         # Dynamo's counters are global: the breaks are this case's when its run ends (the next case clears them).
         self.break_reasons = {_first_line(reason): count
                               for reason, count in torch._dynamo.utils.counters["graph_break"].items()}
+
+    @contextlib.contextmanager
+    def _backward_recorded(self):
+        """Every backward started in the measured run runs under the recorder's dispatch mode (see the module's
+        docstring); the forward, compiled, never does."""
+        original = torch.autograd.backward
+
+        def backward(*args, **kwargs):
+            with self.backward.dispatched:
+                return original(*args, **kwargs)
+
+        torch.autograd.backward = backward
+        try:
+            yield
+        finally:
+            torch.autograd.backward = original
 
     def _running_in(self) -> str:
         """The model's innermost module whose method called the graph now running (`self` of a frame out from
@@ -160,7 +183,7 @@ class CompiledRun:
 
     def executed(self) -> dict[str, int]:
         """The attention kernels of the measured run (as harness.rank.recorder writes them)."""
-        total: Counter = Counter()
+        total: Counter = Counter(self.backward.kernels if self.backward is not None else {})
         for graph in self.graphs:
             for name, count in graph.kernels.items():
                 total[name] += count * graph.executions
@@ -175,6 +198,10 @@ class CompiledRun:
                     entry = table[_under(base, module)][collective]
                     entry[0] += count * runs
                     entry[1] += size * runs
+        for module, row in (self.backward.table if self.backward is not None else {}).items():
+            for collective, (count, size) in row.items():
+                table[module][collective][0] += count
+                table[module][collective][1] += size
         return {module: dict(sorted(row.items())) for module, row in sorted(table.items())}
 
     def figures(self) -> dict:
@@ -207,6 +234,19 @@ def compile_like(mode_name: str, module: torch.nn.Module) -> None:
         _compile(module, mode, mode.backend)
 
 
+def compile_regions(mode_name: str, module: torch.nn.Module) -> str:
+    """Compile each repeated block of `module` in place with mode `mode_name`'s backend (the whole model when it
+    declares no repeated blocks); returns what was compiled, in words."""
+    mode = mode_of(mode_name)
+    torch._dynamo.reset()
+    blocks = getattr(module, "_repeated_blocks", None)
+    if blocks and hasattr(module, "compile_repeated_blocks"):
+        module.compile_repeated_blocks(backend=mode.backend)
+        return f"each repeated block ({', '.join(blocks)})"
+    module.compile(backend=mode.backend)
+    return "the whole model (it declares no repeated blocks)"
+
+
 def _compile(module: torch.nn.Module, mode: Mode, backend) -> None:
     if mode.regional:
         module.compile_repeated_blocks(backend=backend)
@@ -228,13 +268,13 @@ class _Graph:
     def executions(self) -> int:
         return sum(self.runs.values())
 
-    def read(self, gm: torch.fx.GraphModule, backward: bool) -> None:
+    def read(self, gm: torch.fx.GraphModule) -> None:
+        """A forward ATen graph: its attention kernels and collectives, by the module each op came from."""
         for node in gm.graph.nodes:
             if node.op != "call_function":
                 continue
             stack = node.meta.get("nn_module_stack") or {}
-            module = BACKWARD if backward else (_module(list(stack.values())[-1][0]) if stack else "")
-            self._op(node, module, backward)
+            self._op(node, _module(list(stack.values())[-1][0]) if stack else "")
 
     def math_calls(self, sdpa_calls: int) -> None:
         """SDPA's math path is a composite that AOTAutograd decomposes into plain ops: a Dynamo-level SDPA call
@@ -243,11 +283,11 @@ class _Graph:
         if sdpa_calls > fused:
             self.kernels[kernels.MATH] += sdpa_calls - fused
 
-    def _op(self, node, module: str, backward: bool) -> None:
+    def _op(self, node, module: str) -> None:
         target = node.target
         if isinstance(target, torch._ops.HigherOrderOperator):
             name = kernels.kernel_of_operator(target.name())
-            if name is not None and not backward:
+            if name is not None:
                 self.kernels[name] += 1
             return
         if not isinstance(target, torch._ops.OpOverload):
@@ -258,7 +298,7 @@ class _Graph:
             entry = self.collectives[module, collective]
             entry[0] += 1
             entry[1] += _size_hint(comms.payload_bytes(target, args, kwargs))
-        elif not backward and (name := kernels.kernel_of_operator(target._schema.name)) is not None:
+        elif (name := kernels.kernel_of_operator(target._schema.name)) is not None:
             self.kernels[name] += 1
 
 

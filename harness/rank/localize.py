@@ -39,10 +39,13 @@ def first_tensor(output) -> torch.Tensor | None:
     return None
 
 
-def trace(module, run: Callable[[], object]) -> list[tuple[str, torch.Tensor, torch.Tensor | None]]:
+def trace(module, run: Callable[[], object], compiled: bool = False) -> list[tuple[str, torch.Tensor,
+                                                                                   torch.Tensor | None]]:
     """(name, output, first input) of every submodule call of `module` while `run()` runs, in the order the calls
-    finish; a module called again is `name#2`, `name#3`..."""
-    records, handles = _forward_hooks(module)
+    finish; a module called again is `name#2`, `name#3`... `compiled`: parts of `module` are compiled, and each
+    hook runs eager where it is called (a graph break of its own), so a compiled module's output is what its
+    compiled code computed."""
+    records, handles = _forward_hooks(module, compiled)
     _run_without_grad(run, handles)
     return records
 
@@ -57,17 +60,28 @@ def _run_without_grad(run: Callable[[], object], handles: list) -> None:
             handle.remove()
 
 
-def trace_backward(module, loss: Callable[[], torch.Tensor], scale: float = 1.0) -> tuple[list, list]:
+def trace_backward(module, loss: Callable[[], torch.Tensor], scale: float = 1.0) -> tuple[list, list, list[str]]:
     """The forward records, and (name, input gradient, output gradient) of every module in the order its backward
     finishes: what a module's backward hands on is its "output" here, what it receives its "input", so the first
     module whose backward diverges is found as in the forward. `scale` brings a data-parallel rank's gradients, of
-    its own batch's mean, to the whole batch's."""
+    its own batch's mean, to the whole batch's. Also the modules left out because a full backward hook on them
+    breaks the backward itself (found on QwenImage under tensor parallelism: DTensor's redistribute backward then
+    receives a plain tensor), each named by the localization."""
     distributed = _dtensor_modules(module, loss)  # full backward hooks cannot wrap DTensors: those are left out
+    hooked = [name for name, _ in module.named_modules() if name and name not in distributed]
+    try:
+        return (*_traced_backward(module, loss, scale, hooked), [])
+    except (AttributeError, RuntimeError):
+        breaking = _breaking_hooks(module, loss, hooked)
+        if not breaking:
+            raise
+    return (*_traced_backward(module, loss, scale, [name for name in hooked if name not in breaking]), breaking)
+
+
+def _traced_backward(module, loss, scale: float, hooked: list[str]) -> tuple[list, list]:
     records, handles = _forward_hooks(module)
     grads, calls = [], Counter()
-    for name, submodule in module.named_modules():
-        if not name or name in distributed:
-            continue
+    for name in hooked:
 
         def hook(_module, grad_input, grad_output, name=name):
             given, received = first_tensor(list(grad_input)), first_tensor(list(grad_output))
@@ -77,13 +91,38 @@ def trace_backward(module, loss: Callable[[], torch.Tensor], scale: float = 1.0)
             grads.append((name if calls[name] == 1 else f"{name}#{calls[name]}", _kept(given) * scale,
                           None if received is None else _kept(received) * scale))
 
-        handles.append(submodule.register_full_backward_hook(hook))
+        handles.append(module.get_submodule(name).register_full_backward_hook(hook))
     try:
         loss().backward()
     finally:
         for handle in handles:
             handle.remove()
+        module.zero_grad(set_to_none=True)
     return records, grads
+
+
+def _breaking_hooks(module, loss, names: list[str]) -> list[str]:
+    """The modules among `names` whose full backward hook alone makes the backward fail, by halving (a few
+    backward passes for one or two such modules among hundreds). Every rank runs the same passes in the same
+    order, so their collectives pair up."""
+    def survives(group: list[str]) -> bool:
+        handles = [module.get_submodule(name).register_full_backward_hook(lambda *_: None) for name in group]
+        try:
+            loss().backward()
+            return True
+        except (AttributeError, RuntimeError):
+            return False
+        finally:
+            for handle in handles:
+                handle.remove()
+            module.zero_grad(set_to_none=True)
+
+    if not names or survives(names):
+        return []
+    if len(names) == 1:
+        return names
+    half = len(names) // 2
+    return _breaking_hooks(module, loss, names[:half]) + _breaking_hooks(module, loss, names[half:])
 
 
 def _dtensor_modules(module, run: Callable[[], object]) -> set[str]:
@@ -105,7 +144,7 @@ def _dtensor_modules(module, run: Callable[[], object]) -> set[str]:
     return found
 
 
-def _forward_hooks(module) -> tuple[list, list]:
+def _forward_hooks(module, compiled: bool = False) -> tuple[list, list]:
     records, calls, handles = [], Counter(), []
     for name, submodule in module.named_modules():
         if not name:
@@ -120,7 +159,8 @@ def _forward_hooks(module) -> tuple[list, list]:
             records.append((name if calls[name] == 1 else f"{name}#{calls[name]}", _kept(tensor),
                             None if given is None else _kept(given)))
 
-        handles.append(submodule.register_forward_hook(hook, with_kwargs=True))
+        handles.append(submodule.register_forward_hook(torch._dynamo.disable(hook) if compiled else hook,
+                                                       with_kwargs=True))
     return records, handles
 
 
@@ -222,9 +262,18 @@ def localize(ranks: list[list], single: list, same_dtype: list | None, packed_ou
     return ModuleTrace(rows, first, _line(rows, first, called), uncompared)
 
 
-def summary(forward: ModuleTrace, backward: ModuleTrace | None = None) -> str:
-    """The first divergence in one line, forward first, then backward (`backward: ...`); never "none" when modules
-    could not be compared: how many and which."""
+def summary(forward: ModuleTrace, backward: ModuleTrace | None = None, untraced: str | None = None) -> str:
+    """The first divergence in one line, forward first, then backward (`backward: ...`), and what was not traced
+    (`untraced`); never "none" when modules could not be compared (how many and which), nor when a backward that
+    should have been traced was not."""
+    more = f" ({untraced})" if untraced else ""
+    found = _summary(forward, backward)
+    if untraced and backward is None and found.startswith("none"):
+        return f"not localized: {found.removeprefix('none: ')} in the forward; {untraced}"
+    return found + more
+
+
+def _summary(forward: ModuleTrace, backward: ModuleTrace | None) -> str:
     parts = [("", forward)] + ([("backward: ", backward)] if backward else [])
     for prefix, part in parts:
         if part.line is not None:

@@ -22,6 +22,7 @@ from harness.report.images import prune_images
 from harness.report.write import write_reports
 from harness.run import handover, partial, shards, timing
 from harness.run.capture import ensure_references
+from harness.run.divergence import first_divergence
 from harness.run.known_issues import load_known_issues
 from harness.run.launch import GroupStats, Nodes, group_by_world_size, run_group
 from harness.run.launchers import launcher_from
@@ -242,7 +243,7 @@ def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo)
         else:
             found = Localization.from_dict(found)
             result.extra["localization"] = found.to_dict()
-            result.first_divergence = found.summary + (f" ({found.untraced})" if found.untraced else "")
+            result.first_divergence = first_divergence(result, found)
         echo(f"  {result.case_id}: {result.first_divergence}")
 
     for members in group_by_world_size(replace(case, localize=True) for case in cases).values():

@@ -62,6 +62,9 @@ CONTROLS = [
     Control("flux", "tp2", "native", "fp32", "rope_sign", "> tolerance"),  # diffusers changed: layouts still agree
     Control("flux", "ulysses2", "native", "fp32", "rank1_diverges", "rank 1's output differs from rank 0's"),
     Control("flux", "ulysses2", "native", "bf16", "bf16_few_tokens", "error budget: max abs err"),
+    # Below bf16's own error against fp32 (flux2's is 0.083, the bug's 0.025), above the noise between a layout and
+    # one device (0.0078): only the judge against the same-dtype single-device output sees it.
+    Control("flux2", "ulysses2", "native", "bf16", "rank1_part_2pct", "vs single-device bf16: max abs diff"),
     Control("flux", "ulysses2", "native", "fp16", "cp_local_attention", "> tolerance"),
     Control("flux", "ring2xulysses2", "_native_flash", "fp32", "cp_local_attention", "> tolerance"),  # 4 ranks
     Control("flux", "ulysses2any", "native", "fp32", "cp_local_attention", "> tolerance"),
@@ -72,7 +75,9 @@ CONTROLS = [
     Control("flux", "ulysses2", "native", "fp32", "compiled_only", "> tolerance", mode="aot_eager"),  # eager: right
     Control("flux", "tp2", "native", "fp32", "tp_skip_allreduce", "> tolerance", mode="aot_eager"),  # DTensor traced
     # Compiled training: forward and backward through AOTAutograd; the CP attention's backward is wrong only there.
-    Control("flux", "ulysses2", "native", "fp32", "cp_backward_local_only", "gradient of", "train", mode="aot_eager"),
+    # The compiled backward is proven too: diffusers' CP backward runs outside the graphs, recorded as it runs.
+    Control("flux", "ulysses2", "native", "fp32", "cp_backward_local_only", "(backward): 0 all_to_all, expected >= 8",
+            "train", mode="aot_eager"),
     Control("flux", "tp2", "flex", "fp32", "tp_skip_allreduce", "rank 1's output differs from rank 0's"),
     Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "vs fp32 reference: ssim", "image"),
     Control("flux", "ulysses2", "native", "bf16", "cp_local_attention", "vs single-device bf16: ssim", "image"),

@@ -33,20 +33,39 @@ def _image_outcome(dtype="bf16", **metrics):
                                     metrics={**perfect, **metrics}))
 
 
+# What four single-device bf16 noise draws do to the single-device picture (qwenimage, measured)
+DRAWS = {"nudged:1": {"ssim": 0.99955, "psnr": 46.8, "max_abs_err": 0.0273, "mean_abs_err": 2e-3, "nonfinite": 0},
+         "math_kernel": {"ssim": 0.99960, "psnr": 47.5, "max_abs_err": 0.0234, "mean_abs_err": 2e-3, "nonfinite": 0}}
+
+
 def test_image_within_limits_against_reference_and_baseline_passes():
     good = {"ssim": 0.9993, "psnr": 49.5, "max_abs_err": 0.017, "mean_abs_err": 2e-3, "nonfinite": 0}
-    result = judge(_image_outcome(**good, baseline=good, vs_baseline=good), _policy(0.1))
+    result = judge(_image_outcome(**good, baseline=good, vs_baseline=good, noise=DRAWS, noise_errors={}),
+                   _policy(0.1))
     assert result.status is Status.PASS
     assert (result.figure("ssim"), result.figure("psnr"), result.cell) == (0.9993, 49.5, "ssim 0.9993")
+    assert result.figure("noise_max_abs") == 0.0273
 
 
 def test_image_that_only_the_baseline_comparison_catches_fails():
-    # Close enough to the fp32 picture, but clearly off the bf16 single-device picture it must match.
+    # Close enough to the fp32 picture, but off the bf16 single-device picture by more than twice what its noise
+    # draws move it (the fixed limits, 0.99 SSIM and 0.1 max, would have let it through).
     good = {"ssim": 0.995, "psnr": 40.0, "max_abs_err": 0.05, "mean_abs_err": 5e-3, "nonfinite": 0}
-    off = {"ssim": 0.98, "psnr": 36.0, "max_abs_err": 0.09, "mean_abs_err": 9e-3, "nonfinite": 0}
-    result = judge(_image_outcome(**good, baseline=good, vs_baseline=off), _policy(0.1))
+    off = {"ssim": 0.9985, "psnr": 45.0, "max_abs_err": 0.07, "mean_abs_err": 6e-3, "nonfinite": 0}
+    result = judge(_image_outcome(**good, baseline=good, vs_baseline=off, noise=DRAWS, noise_errors={}),
+                   _policy(0.1))
     assert result.status is Status.FAIL
-    assert result.reason.startswith("vs single-device bf16: ssim 0.98000 < 0.99")
+    assert result.reason.startswith("vs single-device bf16: ssim 0.99850 < 0.9991")
+    assert {item["check"] for item in result.evidence} == {"ssim", "max_pixel_err"}
+
+
+def test_image_noise_limits_come_from_the_draws_with_no_floor():
+    from harness.kinds.image import noise_limits
+
+    limits = noise_limits(DRAWS.values(), 2.0)
+    assert limits["max_abs_err_max"] == pytest.approx(0.0546)
+    assert limits["ssim_min"] == pytest.approx(1 - 2 * 0.00045)
+    assert limits["psnr_min"] == pytest.approx(46.8 - 20 * math.log10(2))
 
 
 def test_nan_image_fails():

@@ -117,3 +117,76 @@ def test_a_first_dimension_that_merely_divides_is_not_taken_for_samples():
     found = localize.localize([[("pos_embed", piece, None)] for piece in pieces], [("pos_embed", freqs, None)],
                               None, {}, data_parallel=2)
     assert found.modules[0]["error"] == 0.0 and found.line is None
+
+
+# ------------------------------------------------------------------ what the line says when no module diverges
+
+
+def _none_found():
+    good = torch.ones(1, 4, 2)
+    return localize.localize([[("a", good, None)]], [("a", good, None)], None, {})
+
+
+def test_a_backward_that_was_not_traced_is_never_none():
+    line = localize.summary(_none_found(), None, "backward not traced: AttributeError: boom")
+    assert line == "not localized: every module within its limit in the forward; backward not traced: " \
+                   "AttributeError: boom"
+    assert localize.summary(_none_found()) == "none: every module within its limit"  # its clean twin
+
+
+def _failed_case(single_value: float, limit: float = 1e-5):
+    from harness.core.evidence import Evidence
+    from harness.core.figures import SINGLE_DEVICE, FigureSpec
+    from harness.core.results import CaseResult, Status
+
+    result = CaseResult("flux/ulysses2/native/fp32/tensor+rope_sign", "flux", "default", "tensor", "ulysses2", 2,
+                        "native", "fp32", Status.FAIL)
+    result.evidence = [Evidence("max_abs_err", "max abs err 0.0185 > tolerance 1e-05", value=0.0185,
+                                limit=1e-5).to_dict()]
+    result.figures = [FigureSpec("single_max_abs_err", "max abs err of the single-device run (same dtype)",
+                                 role=SINGLE_DEVICE).of(single_value, limit)]
+    return result
+
+
+def test_a_fault_the_single_device_run_shares_is_named_as_such_not_none():
+    from harness.core.records import Localization
+    from harness.run.divergence import first_divergence
+
+    found = Localization(_none_found(), summary="none: every module within its limit")
+    shared = first_divergence(_failed_case(0.0185), found)
+    assert shared.startswith("none between the layout and one device, and the single-device fp32 run is off the "
+                             "reference as far (max abs err of the single-device run (same dtype) 0.0185 > 1e-05): "
+                             "the model, the backend or the compiler changed, not the parallelism")
+    unexplained = first_divergence(_failed_case(1e-7), found)  # one device is right: the layout's own failure
+    assert unexplained.startswith("not localized: every module within its limit, yet the case fails (max abs err "
+                                  "0.0185 > tolerance 1e-05)")
+    passing = _failed_case(1e-7)
+    passing.evidence = []
+    assert first_divergence(passing, found) == "none: every module within its limit"  # --localize on a PASS
+
+
+def test_a_backward_hook_that_breaks_the_backward_is_found_and_left_out():
+    """Two modules of twenty whose full backward hook makes the backward raise (as DTensor's redistribute backward
+    does on QwenImage under tensor parallelism) are found by halving, and the rest is traced."""
+    class Breaks(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, module):
+            ctx.module = module
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            if ctx.module._backward_hooks:  # a hook on this module: the backward cannot run (as DTensor's)
+                raise AttributeError("'Tensor' object has no attribute '_local_tensor'")
+            return grad, None
+
+    class Fragile(torch.nn.Linear):
+        def forward(self, x):
+            return Breaks.apply(super().forward(x), self)
+
+    model = torch.nn.Sequential(*(Fragile(2, 2) if index in (5, 13) else torch.nn.Linear(2, 2) for index in range(20)))
+    records, grads, left_out = localize.trace_backward(
+        model, lambda: model(torch.ones(1, 2, requires_grad=True)).sum())
+    assert left_out == ["5", "13"]
+    assert {name for name, _, _ in grads} == {str(index) for index in range(20)} - {"5", "13"}
+    assert len(records) == 20 and all(parameter.grad is None for parameter in model.parameters())  # nothing left

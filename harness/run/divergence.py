@@ -1,0 +1,32 @@
+"""What a case's localization says, in one line, made true for the case it localizes.
+
+Localization compares the layout with a single-device run recomputed in the same launch, module by module. When it
+finds nothing, that is only half an answer for a case that failed: either the single-device run has the fault too
+(the model, the backend or the compiler changed, not the parallelism: every module then matches), or what failed is
+something no module's output or gradient shows (a parameter's own gradient). Saying "none" there would be untrue.
+"""
+
+from __future__ import annotations
+
+from harness.core import figures
+from harness.core.records import Localization
+from harness.core.results import CaseResult
+
+REFERENCE_HOLDS = ("the reference holds the final output only: localizing where the single-device run leaves it "
+                   "needs a reference with every module's output")
+
+
+def first_divergence(result: CaseResult, found: Localization) -> str:
+    """The localization's line for `result`: the module it names, or why it names none."""
+    line = found.summary
+    if not line.startswith("none") or not result.evidence:  # a module named, not localized, or nothing failed
+        return line
+    single = figures.with_role(result.figures, figures.SINGLE_DEVICE)
+    if single is not None and single.get("limit") is not None and not single["value"] <= single["limit"]:
+        return (f"none between the layout and one device, and the single-device {result.dtype} run is off the "
+                f"reference as far ({single['label']} {figures.written(single)} > {single['limit']:.3g}): the "
+                f"model, the backend or the compiler changed, not the parallelism; {REFERENCE_HOLDS}")
+    failed = result.evidence[0]
+    return (f"not localized: {line.removeprefix('none: ').removeprefix('none ')}, yet the case fails "
+            f"({failed['text']}): what failed is no module's output or gradient (a parameter's own gradient, or "
+            f"the run's output after the last module)")
