@@ -28,6 +28,7 @@ AXES: tuple[Axis, ...] = (
     Axis("backend", "backends", "backend"),
     Axis("dtype", "dtypes", "dtype"),
     Axis("kind", "kinds", "kind", product=False),
+    Axis("load", "loads", "load", default="enable"),  # enable_parallelism or from_pretrained (harness.core.loads)
     Axis("mode", "modes", "mode", default="eager"),  # eager or compiled (harness.core.modes)
 )
 NAMES = tuple(axis.name for axis in AXES)
@@ -35,7 +36,7 @@ FAULT = "+"  # what joins a negative control's fault to the id of the case it br
 
 
 def spell(values: dict[str, str], fault: str | None = None) -> str:
-    """The case id of these axis values: `model[@shape]/layout/backend/dtype/kind[/mode][+fault]`."""
+    """The case id of these axis values: `model[@shape]/layout/backend/dtype/kind[/load][/mode][+fault]`."""
     text = ""
     for axis in AXES:
         value = str(values[axis.name] if axis.default is None else values.get(axis.name, axis.default))

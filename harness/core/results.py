@@ -68,6 +68,7 @@ class CaseResult:
     peak_mem_mb: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     mode: str = "eager"  # eager or compiled (harness.core.modes); last, so positional records read as before
+    load: str = "enable"  # enable_parallelism or from_pretrained (harness.core.loads)
 
     def figure(self, name: str) -> Any:
         """The value of the figure `name` (None when the case has none)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.core.layouts import Layout
+from harness.core.loads import ENABLE, load_of
 from harness.core.records import Case, Localization
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
@@ -17,7 +18,8 @@ def localize_case(context: RankContext, case: Case, rank: int, world_size: int) 
     """Every rank traces the case under its layout; rank 0 traces it on one device and returns what it found (None
     on the other ranks)."""
     reference, kind = context.reference(case), kind_of(case.kind)
-    built = kind.build(case, reference, context.device)
+    with faults.active(case.fault if load_of(case.load).checkpoint else None):  # as the case ran (casework)
+        built = context.build(case, reference)
     with faults.active(case.fault):
         context.apply_layout(case, built)
         packed = training.packed_parameters(built.module, case.layout.tp) if case.layout.tp > 1 else {}
@@ -58,7 +60,7 @@ def _trace(built, scale: float) -> tuple[list, list | None, str | None]:
 
 def _single_trace(context: RankContext, case: Case, dtype: str, reference) -> tuple[list, list | None, str | None]:
     backend = case.backend if case.layout.world_size > 1 else "native"
-    single = replace(case, layout=Layout("single"), backend=backend, dtype=dtype, fault=None)
+    single = replace(case, layout=Layout("single"), backend=backend, dtype=dtype, fault=None, load=ENABLE)
     built = kind_of(case.kind).build(single, reference, context.device)
     try:
         return _trace(built, 1.0)

@@ -66,9 +66,10 @@ class Check:
 TORCH_CP_NOT_SCRIPTED = ("a case under PyTorch's context parallelism is not scripted (the scripts drive diffusers' "
                          "enable_parallelism); diffusers' context-parallel layouts are")
 
-# The checks every kind's cases get besides its own (harness.run.verdict); `graph_break` under `--fullgraph` only.
+# The checks every kind's cases get besides its own (harness.run.verdict); `graph_break` under `--fullgraph` only,
+# `load_shards` for the checkpoint loads only (harness.core.loads).
 COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output placements", figure=False),
-                 "graph_break": Check()}
+                 "graph_break": Check(), "load_shards": Check("ranks' parameters", figure=False)}
 
 # What every compiled case (harness.core.modes) reports of its compile, after its kind's own figures.
 COMPILE_FIGURES = (FigureSpec("graphs", "compiled graphs", "d"), FigureSpec("graph_breaks", "graph breaks", "d"),
@@ -141,6 +142,14 @@ class Kind:
 
     def build(self, case: Case, reference: Reference, device) -> Built:
         raise NotImplementedError
+
+    def save_checkpoint(self, case: Case, reference: Reference, target: Path) -> None:
+        """The reference's weights as the diffusers checkpoint folder the checkpoint loads read with
+        `from_pretrained` (harness.core.loads), written once per run (harness.run.checkpoints): the model's own."""
+        from harness.catalogue.zoo import get_spec
+        from harness.rank import loading
+
+        loading.save_model(reference, get_spec(case.model).model_class(), target)
 
     def detach(self, output) -> Any:
         """The output as kept for comparison after the case (a CPU tensor, a picture)."""

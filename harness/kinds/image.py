@@ -120,10 +120,25 @@ class ImageKind(Kind):
         return path, written
 
     def build(self, case, reference, device) -> Built:
-        pipe = build_pipe(case.model, case.dtype, device, reference, case.weights_dir)
+        from harness.core.dtypes import torch_dtype
+        from harness.rank import loading
+
+        dtype = torch_dtype(case.dtype)
+        pipe = loading.pipeline(  # the case's load's way: the pipeline folder with the parallel transformer passed in
+            lambda: build_pipe(case.model, case.dtype, device, reference, case.weights_dir),
+            lambda: loading.transformer(_auto_model(), reference, device, dtype, "transformer"),
+            device, dtype)
         pipe.transformer.set_attention_backend(case.backend)
         # The VAE may call SDPA itself: only the transformer's attention kernels prove the backend.
         return Built(pipe.transformer, lambda: run_pipe(pipe, case.model), kernel_scope=pipe.transformer)
+
+    def save_checkpoint(self, case, reference, target) -> None:
+        """The whole tiny pipeline folder, the reference's weights in each component."""
+        import torch
+
+        from harness.rank import loading
+
+        loading.save_pipeline(build_pipe(case.model, "fp32", torch.device("cpu"), reference), target)
 
     def repro_refusal(self, case) -> str:
         return "image cases are not scripted (a whole pipeline); tensor and train cases are"
@@ -181,6 +196,13 @@ class ImageKind(Kind):
 
     def rank_tolerance(self, policy: ImagePolicy) -> float:
         return policy.limits["max_abs_err_max"]
+
+
+def _auto_model():
+    """diffusers' AutoModel, which the guide loads a pipeline's transformer with (its class from the folder)."""
+    from diffusers import AutoModel
+
+    return AutoModel
 
 
 def _config_hash(model: str, weights_dir=None) -> str:

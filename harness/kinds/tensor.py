@@ -93,12 +93,10 @@ class TensorKind(Kind):
 
         from harness.catalogue.zoo import get_spec
         from harness.core.dtypes import torch_dtype
-        from harness.rank import torch_cp
+        from harness.rank import loading, torch_cp
 
         dtype, spec = torch_dtype(case.dtype), get_spec(case.model)
-        model = spec.model_class()(**reference.meta["config"])
-        model.load_state_dict(reference.weights)
-        model = model.to(device, dtype).eval()
+        model = loading.transformer(spec.model_class(), reference, device, dtype).eval()  # the case's load's way
         # `.clone()`: tensors mapped from the file can sit at unaligned addresses, which moves results by ~1e-7.
         inputs = {
             key: value.to(device, dtype if value.is_floating_point() else value.dtype).clone()

@@ -165,12 +165,10 @@ class TrainKind(Kind):
 
         from harness.catalogue.zoo import get_spec
         from harness.core.dtypes import torch_dtype
-        from harness.rank import noise, training
+        from harness.rank import loading, noise, training
 
         spec = get_spec(case.model)
-        model = spec.model_class()(**reference.meta["config"])
-        model.load_state_dict(reference.weights)
-        model = model.to(device, torch.float32)
+        model = loading.transformer(spec.model_class(), reference, device, torch.float32)  # the case's load's way
         model.set_attention_backend(case.backend)
         batch = _batch(reference)
         steps = reference.meta["train"]["steps"]

@@ -54,6 +54,15 @@ class Settings:
     compile_cases: list[str] = _option(["*"], "Globs over case ids without their mode: the cases the compiled modes "
                                               "also run (default every case of the plan; each plan has its compile "
                                               "slice). `--modes all` runs every mode on every case.", True)
+    loads: list[str] = _option(["enable"], "How the model gets its weights and its parallelism: enable (the "
+                                           "reference's weights, then enable_parallelism), pretrained "
+                                           "(from_pretrained(folder, parallel_config=...) from a sharded checkpoint, "
+                                           "as diffusers' guide says), pretrained_wrapped, the tp_* combinations "
+                                           "diffusers guards tensor parallelism against, or all (docs/loading.md).",
+                               True)
+    load_cases: list[str] = _option(["*"], "Globs over case ids without their load: the cases the loads other than "
+                                           "enable also run (default every case of the plan; each plan has its "
+                                           "load slice).", True)
     fullgraph: bool = _option(False, "A compiled case whose model breaks into more than one graph (a graph break) is "
                                      "FAIL, not only counted.")
     compile_cache: str = _option("", "Folder of Inductor's compile cache for the ranks (TORCHINDUCTOR_CACHE_DIR): a "
@@ -162,9 +171,26 @@ FULL_COMPILE = [*(f"{model}/ulysses2/native/fp32/{kind}" for model in SPECS for 
                 *(f"flux/{layout}/{backend}/fp32/train" for layout, backend in (*_FAMILIES, ("dp2", "native"))),
                 "flux/single/native/fp32/image"]
 
+# --- the load slices (issue 34: harness.core.loads) ------------------------------------------------------------------
+# The quick plan's: flux and qwenimage through from_pretrained on one layout of each family diffusers loads with a
+# parallel_config, fp32 tensor cases, and one train case; the guarded tensor-parallel combinations on flux.
+QUICK_LOAD = [*(f"{model}/{layout}/{backend}/fp32/tensor" for model in ("flux", "qwenimage")
+                for layout, backend in (("ulysses2", "native"), ("ring2", "_native_flash"), ("tp2", "native"))),
+              "flux/tp2/native/fp32/train"]
+QUICK_LOADS = ["enable", "pretrained", "pretrained_wrapped", "tp_device_map", "tp_quantized", "tp_group_offload",
+               "tp_cpu_offload", "tp_lora"]
+# The full plan's: every model (each has a _cp_plan or a _tp_plan) on each layout family, fp32, its default shape,
+# every kind and every load; a family whose plan a model lacks is a SKIP with the reason, as everywhere.
+_LOAD_FAMILIES = (("single", "native"), ("ulysses2", "native"), ("ring2", "_native_flash"), ("tp2", "native"),
+                  ("ring2xulysses2", "_native_flash"), ("tp2+ulysses2", "native"), ("dp2", "native"),
+                  ("dp2xulysses2", "native"), ("tcp2", "native"))
+FULL_LOAD = [f"{model}/{layout}/{backend}/fp32/*" for model in SPECS for layout, backend in _LOAD_FAMILIES]
+# ---------------------------------------------------------------------------------------------------------------------
+
 PLANS = {
     "quick": {"train_models": ["flux", "qwenimage"], "train_layouts": QUICK_TRAIN_LAYOUTS, "train_shapes": ["default"],
-              "modes": ["eager", "compile"], "compile_cases": QUICK_COMPILE},
+              "modes": ["eager", "compile"], "compile_cases": QUICK_COMPILE,
+              "loads": QUICK_LOADS, "load_cases": QUICK_LOAD},
     "full": {
         "models": "all",
         "shapes": ["all"],
@@ -174,6 +200,8 @@ PLANS = {
         "check_refusals": True,
         "modes": ["eager", "compile"],
         "compile_cases": FULL_COMPILE,
+        "loads": ["all"],
+        "load_cases": FULL_LOAD,
     },
 }
 
