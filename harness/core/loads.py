@@ -29,8 +29,11 @@ class Load:
     tensor_parallel_only: bool = False  # exists on tensor-parallel layouts only (a `tp_*` guard's combination)
 
     def applies(self, layout) -> bool:
-        """Whether a case of this load exists on `layout` at all."""
-        return layout.tp > 1 if self.tensor_parallel_only else True
+        """Whether a case of this load exists on `layout` at all: a combination with tensor parallelism on its
+        layouts; a wrapped config where diffusers takes one (elsewhere it loads as `pretrained` does)."""
+        if self.tensor_parallel_only:
+            return layout.tp > 1
+        return layout.is_context_parallel or layout.tp > 1 if self.wrapped else True
 
 
 LOADS = {load.name: load for load in (

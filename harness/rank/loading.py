@@ -162,9 +162,8 @@ def _combine(model, load: str, device) -> None:
     elif load == "tp_lora":
         from peft import LoraConfig
 
-        targets = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules()
-                          if isinstance(module, torch.nn.Linear) and "attn" in name})
-        model.add_adapter(LoraConfig(r=2, lora_alpha=2, target_modules=targets, init_lora_weights=False))
+        model.add_adapter(LoraConfig(r=2, lora_alpha=2, target_modules=["to_q", "to_k", "to_v"],
+                                     init_lora_weights=False))
 
 
 def save_model(reference, model_class, target: Path) -> None:

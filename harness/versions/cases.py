@@ -6,14 +6,17 @@ from __future__ import annotations
 import re
 
 from harness.core.errors import HarnessError
+from harness.core.loads import ENABLE, LOADS
 from harness.core.modes import EAGER
 
+_LOAD = "|".join(name for name in LOADS if name != ENABLE)
 _ID = re.compile(r"^(?P<model>[A-Za-z0-9_]+)(?:@(?P<shape>[A-Za-z0-9_]+))?/(?P<layout>[^/]+)/(?P<backend>[^/]+)"
-                 r"/(?P<dtype>[^/]+)/(?P<kind>[^/+]+)(?:/(?P<mode>[^/+]+))?$")
+                 rf"/(?P<dtype>[^/]+)/(?P<kind>[^/+]+)(?:/(?P<load>{_LOAD}))?(?:/(?P<mode>[^/+]+))?$")
 # The options a case id fixes; with --models/--layouts/--shapes given, the train kind takes them too.
-DERIVED = ("models", "shapes", "layouts", "backends", "dtypes", "kinds", "modes", "train_models", "train_layouts",
-           "train_shapes")
-FORMAT = "model[@shape]/layout/backend/dtype/kind[/mode], e.g. qwenimage@masked/ulysses2/native/fp32/tensor"
+DERIVED = ("models", "shapes", "layouts", "backends", "dtypes", "kinds", "loads", "load_cases", "modes", "train_models",
+           "train_layouts", "train_shapes")
+FORMAT = ("model[@shape]/layout/backend/dtype/kind[/load][/mode], e.g. qwenimage@masked/ulysses2/native/fp32/tensor or "
+          "flux/tp2/native/fp32/tensor/pretrained")
 
 
 def parse_case_id(case_id: str) -> dict[str, str]:
@@ -25,6 +28,7 @@ def parse_case_id(case_id: str) -> dict[str, str]:
     parts = match.groupdict()
     parts["shape"] = parts["shape"] or "default"
     parts["mode"] = parts["mode"] or EAGER
+    parts["load"] = parts["load"] or ENABLE
     return parts
 
 
@@ -32,10 +36,10 @@ def plan_options(case_ids: list[str]) -> dict[str, str]:
     """The plan options (comma-separated values, as on the command line) whose plan holds every id in `case_ids`."""
     parsed = [parse_case_id(case_id) for case_id in case_ids]
     values = {part: ",".join(dict.fromkeys(item[part] for item in parsed))
-              for part in ("model", "shape", "layout", "backend", "dtype", "kind", "mode")}
+              for part in ("model", "shape", "layout", "backend", "dtype", "kind", "load", "mode")}
     return {"models": values["model"], "shapes": values["shape"], "layouts": values["layout"],
             "backends": values["backend"], "dtypes": values["dtype"], "kinds": values["kind"],
-            "modes": values["mode"]}
+            "loads": values["load"], "load_cases": "*", "modes": values["mode"]}
 
 
 def as_flags(options: dict[str, str]) -> list[str]:

@@ -65,8 +65,19 @@ def _case_data(case, settings, path: Path, meta: dict) -> dict:
             "reference": {"name": path.name, "path": str(path)},
             "tolerance": settings.limits("tensor", case.dtype), "budget_factor": settings.budget_factor,
             "budget_max_factor": settings.budget_max_factor, "train_limits": settings.limits("train", "fp32"),
-            "noise_factor": settings.of("train", "noise_factor"), **_spec_data(case.model, meta)}
+            "noise_factor": settings.of("train", "noise_factor"), **_spec_data(case.model, meta),
+            "load": _load_data(case.load)}
     return data
+
+
+def _load_data(name: str) -> dict:
+    """How the script loads the model under the layout (harness.core.loads): `enable_parallelism`, or
+    `from_pretrained` on a sharded checkpoint it saves beside itself."""
+    from harness.core.loads import load_of
+    from harness.rank.loading import MAX_SHARD_SIZE
+
+    load = load_of(name)
+    return {"name": load.name, "wrapped": load.wrapped, "max_shard_size": MAX_SHARD_SIZE}
 
 
 def _spec_data(model: str, meta: dict) -> dict:
