@@ -239,3 +239,13 @@ def test_case_id_helper_takes_the_load():
         "flux/tp2/native/fp32/tensor/pretrained"
     assert replace(Case("flux", parse_layout("tp2"), "native", "fp32"), load="pretrained").case_id.endswith(
         "/pretrained")
+
+
+def test_a_pytest_failure_reruns_its_load_alone():
+    from harness.core.results import CaseResult
+    from harness.plugin import rerun_command
+
+    result = CaseResult("flux/tp2/native/fp32/tensor/pretrained", "flux", "default", "tensor", "tp2", 2, "native",
+                        "fp32", load="pretrained")
+    assert rerun_command(result).endswith("--kinds tensor --loads pretrained --load-cases '*'")
+    assert "--loads" not in rerun_command(replace(result, load=ENABLE))
