@@ -67,7 +67,11 @@ def _check_load(context: RankContext, case: Case, reference, built) -> dict:
         found = loading.differing(loading.shard_digests(built.module), loading.shard_digests(twin.module))
         params = sum(1 for _ in built.module.parameters())
     plan = loading.plan_for(case, context.checkpoints, mesh)
-    return {**loading.describe(plan, type(built.module).__name__, case.layout), "params": params, "differing": found}
+    # diffusers records the config on the model it parallelized: none on the model the case runs means another model
+    # took the place of the one from_pretrained loaded with it
+    unconfigured = plan.config is not None and getattr(built.module, "_parallel_config", None) is None
+    return {**loading.describe(plan, type(built.module).__name__, case.layout), "params": params, "differing": found,
+            "unconfigured": unconfigured}
 
 
 def _compile(context: RankContext, case: Case, built) -> CompiledRun | None:

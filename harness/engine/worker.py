@@ -158,6 +158,7 @@ def loaded(gathered: list[dict]) -> dict | None:
     if mine[0] is None:
         return None
     return {**{key: value for key, value in mine[0].items() if key != "differing"},
+            "unconfigured": any(each and each.get("unconfigured") for each in mine),
             "differing": {str(rank): each["differing"] for rank, each in enumerate(mine) if each and each["differing"]}}
 
 

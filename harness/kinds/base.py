@@ -67,9 +67,10 @@ TORCH_CP_NOT_SCRIPTED = ("a case under PyTorch's context parallelism is not scri
                          "enable_parallelism); diffusers' context-parallel layouts are")
 
 # The checks every kind's cases get besides its own (harness.run.verdict); `graph_break` under `--fullgraph` only,
-# `load_shards` for the checkpoint loads only (harness.core.loads).
+# `load_shards` and `load_config` for the checkpoint loads only (harness.core.loads).
 COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output placements", figure=False),
-                 "graph_break": Check(), "load_shards": Check("ranks' parameters", figure=False)}
+                 "graph_break": Check(), "load_shards": Check("ranks' parameters", figure=False),
+                 "load_config": Check(figure=False)}
 
 # What every compiled case (harness.core.modes) reports of its compile, after its kind's own figures.
 COMPILE_FIGURES = (FigureSpec("graphs", "compiled graphs", "d"), FigureSpec("graph_breaks", "graph breaks", "d"),

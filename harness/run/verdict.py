@@ -129,19 +129,26 @@ def _load_failures(result: CaseResult, record) -> list[Evidence]:
     if record.load is None:
         return []
     load = record.load
-    result.extra["load"] = {key: value for key, value in load.items() if value not in (None, {}, [])}
+    result.extra["load"] = {key: value for key, value in load.items() if value not in (None, {}, [], False)}
     rows = [["call", load["call"]], ["parameters checked per rank", load.get("params")]]
     if load.get("note"):
         rows.append(["note", load["note"]])
     if not load.get("differing"):
         rows.append(["local shards vs enable_parallelism's", "equal, bit for bit, on every rank"])
+    if load.get("unconfigured"):
+        rows.append(["parallel config of the model run", "none: another model took the loaded one's place"])
     rows += [[f"differs on rank {rank}", ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5
                                                                  else "")]
              for rank, names in load.get("differing", {}).items()]
     result.extra.setdefault("blocks", []).append(table("How the model was loaded", ["", ""], rows))
-    return [Evidence("load_shards", f"rank {rank}: the local shard of {name} from from_pretrained differs from "
-                                    f"enable_parallelism's on the same layout", f"rank {rank}: {name}")
-            for rank, names in load.get("differing", {}).items() for name in names]
+    found = []
+    if load.get("unconfigured"):
+        found.append(Evidence("load_config", "the model the case ran carries no parallel config, though "
+                                             "from_pretrained was given one: another model took its place (a "
+                                             "pipeline that loaded its own transformer over the one passed in)"))
+    return found + [Evidence("load_shards", f"rank {rank}: the local shard of {name} from from_pretrained differs "
+                                            f"from enable_parallelism's on the same layout", f"rank {rank}: {name}")
+                    for rank, names in load.get("differing", {}).items() for name in names]
 
 
 def _compile_failures(result: CaseResult, record, fullgraph: bool) -> list[Evidence]:
