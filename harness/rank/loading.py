@@ -115,7 +115,8 @@ def transformer(model_class, reference, device, dtype, subfolder: str | None = N
     options = {"torch_dtype": dtype, **_loading_options(plan.load), **({"subfolder": subfolder} if subfolder else {})}
     if plan.config is not None:
         options["parallel_config"] = plan.config
-    return model_class.from_pretrained(str(plan.folder), **options).to(device)
+    with _no_progress_bars():
+        return model_class.from_pretrained(str(plan.folder), **options).to(device)
 
 
 def pipeline(build_enabled, load_transformer, device, dtype):
@@ -134,10 +135,25 @@ def pipeline(build_enabled, load_transformer, device, dtype):
     transformer_module = load_transformer()
     index = json.loads((plan.folder / "model_index.json").read_text())
     absent = {name: None for name, value in index.items() if isinstance(value, list) and value[0] is None}
-    pipe = DiffusionPipeline.from_pretrained(str(plan.folder), transformer=transformer_module, torch_dtype=dtype,
-                                             **absent)  # the tiny pipelines save no text encoder: passed as None
+    with _no_progress_bars():  # the tiny pipelines save no text encoder: passed as None
+        pipe = DiffusionPipeline.from_pretrained(str(plan.folder), transformer=transformer_module, torch_dtype=dtype,
+                                                 **absent)
     pipe.set_progress_bar_config(disable=True)
     return pipe.to(device)
+
+
+@contextlib.contextmanager
+def _no_progress_bars():
+    """diffusers' "Loading checkpoint shards" bars, one per rank and load, would fill the launch's log."""
+    from diffusers.utils import logging
+
+    enabled = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            logging.enable_progress_bar()
 
 
 def _loading_options(load: Load) -> dict:
