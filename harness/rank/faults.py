@@ -770,7 +770,8 @@ def _load_cp_hooks_dropped():
     original = ModelMixin.enable_parallelism
 
     def tensor_parallel_only(self, *, config, cp_plan=None):
-        resolved = self._resolve_parallel_config(config)
+        resolve = getattr(self, "_resolve_parallel_config", None)  # 0.41+; before, the config stays unresolved
+        resolved = resolve(config) if resolve is not None else config
         if getattr(resolved, "tensor_parallel_config", None) is not None:
             from diffusers.hooks.tensor_parallel import apply_tensor_parallel
 
