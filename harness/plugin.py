@@ -223,9 +223,11 @@ def _numbers(result) -> str:
 
 
 def rerun_command(result) -> str:
-    """The `harness run` that runs exactly this case's model, shape, layout, backend, dtype, kind and mode."""
+    """The `harness run` that runs exactly this case's model, shape, layout, backend, dtype, kind, load and mode."""
+    from harness.core.loads import ENABLE
     from harness.core.modes import EAGER
 
     return (f"harness run --models {result.model} --shapes {result.shape} --layouts {result.layout} "
             f"--backends {result.backend} --dtypes {result.dtype} --kinds {result.kind}"
+            + ("" if result.load == ENABLE else f" --loads {result.load} --load-cases '*'")
             + ("" if result.mode == EAGER else f" --modes {result.mode}"))

@@ -19,6 +19,16 @@ class Axis:
     default: str | None = None  # the value the case id leaves out (None: always written)
     joiner: str = "/"  # what joins it to the id before it ("@" writes a model's shape)
     product: bool = True  # the plan takes every value for every case (False: model, kind, shape, which it scopes)
+    # where its values are declared (`module:NAME`, a dict by name): an optional part of an id (an axis with a
+    # default joined by `/`) is told from the next one by its value
+    values: str | None = None
+
+    def known(self) -> dict:
+        """Its values by name, from where they are declared (imported when first asked: they import this module)."""
+        import importlib
+
+        module, _, name = (self.values or "").partition(":")
+        return getattr(importlib.import_module(module), name) if module else {}
 
 
 AXES: tuple[Axis, ...] = (
@@ -28,14 +38,15 @@ AXES: tuple[Axis, ...] = (
     Axis("backend", "backends", "backend"),
     Axis("dtype", "dtypes", "dtype"),
     Axis("kind", "kinds", "kind", product=False),
-    Axis("mode", "modes", "mode", default="eager"),  # eager or compiled (harness.core.modes)
+    Axis("load", "loads", "load", default="enable", values="harness.core.loads:LOADS"),  # how the model is loaded
+    Axis("mode", "modes", "mode", default="eager", values="harness.core.modes:MODES"),  # eager or compiled
 )
 NAMES = tuple(axis.name for axis in AXES)
 FAULT = "+"  # what joins a negative control's fault to the id of the case it breaks
 
 
 def spell(values: dict[str, str], fault: str | None = None) -> str:
-    """The case id of these axis values: `model[@shape]/layout/backend/dtype/kind[/mode][+fault]`."""
+    """The case id of these axis values: `model[@shape]/layout/backend/dtype/kind[/load][/mode][+fault]`."""
     text = ""
     for axis in AXES:
         value = str(values[axis.name] if axis.default is None else values.get(axis.name, axis.default))
@@ -71,17 +82,26 @@ _PARTS = _parts()
 
 
 def parse(case_id: str) -> dict[str, str | None]:
-    """`spell`'s exact inverse: every axis's value (a default one too) and `fault` (None without one). A part whose
-    leading axis has a default (`/mode`) is present only when the id has every part. A ValueError naming the id for
-    anything `spell` cannot have written."""
+    """`spell`'s exact inverse: every axis's value (a default one too) and `fault` (None without one). The parts
+    whose leading axis has a default (`/load`, `/mode`) are each present or not, told apart by their values. A
+    ValueError naming the id for anything `spell` cannot have written."""
     texts = case_id.split("/")
     texts[-1], plus, fault = texts[-1].partition(FAULT)
     required = [part for part in _PARTS if part[0].default is None]
-    if len(texts) not in (len(required), len(_PARTS)):
+    optional = [part for part in _PARTS if part[0].default is not None]
+    if not len(required) <= len(texts) <= len(_PARTS):
         raise ValueError(f"case id {case_id!r} is not of the form {FORM}: {len(texts)} `/`-separated part(s), not "
-                         f"{len(required)} or {len(_PARTS)}")
+                         f"{len(required)} to {len(_PARTS)}")
+    extra = texts[len(required):]
+    given = [(part, text) for part, text in zip(required, texts, strict=False)]
+    for part in optional:
+        if extra and extra[0] in part[0].known():
+            given.append((part, extra.pop(0)))
+    if extra:
+        raise ValueError(f"case id {case_id!r} is not of the form {FORM}: {extra[0]!r} is none of the values of "
+                         f"{', '.join(part[0].name for part in optional)} (or not in their order)")
     values: dict[str, str | None] = {}
-    for part, text in zip(_PARTS if len(texts) == len(_PARTS) else required, texts, strict=True):
+    for part, text in given:
         for axis in reversed(part[1:]):
             head, joiner, value = text.rpartition(axis.joiner)
             values[axis.name], text = (value, head) if joiner else (axis.default, text)

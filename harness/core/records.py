@@ -21,7 +21,7 @@ STACKS_SIGNAL = signal.SIGUSR1  # a rank dumps its Python stacks on it (faulthan
 
 @dataclass(frozen=True)
 class Case:
-    """One planned run: model x shape x layout x backend x dtype x kind x mode; its id is the pytest id too."""
+    """One planned run: model x shape x layout x backend x dtype x kind x load x mode; its id is the pytest id too."""
 
     model: str
     layout: Layout
@@ -30,6 +30,7 @@ class Case:
     kind: str = "tensor"
     shape: str = "default"
     mode: str = "eager"  # eager or compiled (harness.core.modes)
+    load: str = "enable"  # enable_parallelism or from_pretrained (harness.core.loads)
     fault: str | None = None  # a deliberate bug for negative controls (harness.faults)
     weights_dir: str | None = None  # a local checkpoint folder (`--weights`); the shape then names the folder
     localize: bool = False  # run to find where it breaks (harness.rank.localize), not to judge it again
@@ -79,16 +80,18 @@ class GroupSpec:
     cases: list[Case]
     baselines: str | None = None  # a folder the run's launches share single-device baselines through (None: none)
     compile_cache: str | None = None  # Inductor's cache folder for the ranks (None: Inductor's default)
+    checkpoints: str | None = None  # the run's checkpoint folders for the from_pretrained loads (harness.core.loads)
 
     def to_dict(self) -> dict:
         return {"workdir": self.workdir, "references": self.references, "images_dir": self.images_dir,
                 "cases": [case.to_dict() for case in self.cases], "baselines": self.baselines,
-                "compile_cache": self.compile_cache}
+                "compile_cache": self.compile_cache, "checkpoints": self.checkpoints}
 
     @classmethod
     def from_dict(cls, data: dict) -> GroupSpec:
         return cls(data["workdir"], data["references"], data.get("images_dir"),
-                   [Case.from_dict(case) for case in data["cases"]], data.get("baselines"), data.get("compile_cache"))
+                   [Case.from_dict(case) for case in data["cases"]], data.get("baselines"), data.get("compile_cache"),
+                   data.get("checkpoints"))
 
 
 @dataclass
@@ -118,6 +121,9 @@ class CaseRecord:
     rank_max_diff: list[float | None] = field(default_factory=list)  # each rank's output vs rank 0's (None: shape)
     phases: dict[str, float] = field(default_factory=dict)  # rank 0's seconds per phase of the case
     compiled: dict[str, Any] | None = None  # what torch.compile made of the model (harness.rank.compiled); None: eager
+    # How a checkpoint load ran (harness.rank.loading): its call, a note, and each rank's parameters whose local shard
+    # differs from what `enable_parallelism` gives on the same layout; None: the `enable` load
+    load: dict[str, Any] | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from harness import faults
+from harness.core.loads import ENABLE
 from harness.core.modes import EAGER
 from harness.core.records import Case
 from harness.engine.context import RankContext
@@ -80,8 +81,8 @@ class Baselines:
     def _compute(self, case: Case, backend: str, model_change, draw: str | None):
         kind = kind_of(case.kind)
         try:
-            built = kind.build(replace(case, backend=backend, fault=None), self.context.reference(case),
-                               self.context.device)
+            built = kind.build(replace(case, backend=backend, fault=None, load=ENABLE), self.context.reference(case),
+                               self.context.device)  # one device, the reference's weights: shared by every load
             if draw is not None:
                 built.twin(draw)
             with faults.active(model_change):

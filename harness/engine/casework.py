@@ -4,14 +4,16 @@ in that very run (harness.rank.recorder), and measure it against the reference a
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from harness import faults
+from harness.core.loads import ENABLE, load_of
 from harness.core.modes import mode_of
 from harness.core.records import Case
 from harness.engine.baselines import Baselines
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
-from harness.rank import backends, comms_check, torch_cp
+from harness.rank import backends, comms_check, loading, torch_cp
 from harness.rank.compiled import CompiledRun
 from harness.rank.recorder import RunRecorder
 
@@ -21,8 +23,10 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
     started = time.perf_counter()
     context.phases.clear()
     reference = context.reference(case)
-    with context.phase("model build"):
-        built = kind_of(case.kind).build(case, reference, context.device)
+    checkpoint = load_of(case.load).checkpoint
+    with faults.active(case.fault if checkpoint else None):  # from_pretrained applies the layout: a loader's bug acts
+        built = context.build(case, reference)
+    loaded = _check_load(context, case, reference, built) if checkpoint else None
     with faults.active(case.fault):
         with context.phase("parallel setup"):
             context.apply_layout(case, built)
@@ -47,7 +51,28 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
     return output, {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched,
                     "kernels": recorder.executed(), "output_placements": placements, "functions": functions,
                     "expected_function": backends.expected_function(case.backend),
-                    "compiled": compiled.figures() if compiled else None, **proof}
+                    "compiled": compiled.figures() if compiled else None, "load": loaded, **proof}
+
+
+def _check_load(context: RankContext, case: Case, reference, built) -> dict:
+    """What the checkpoint load gave this rank, parameter by parameter, against what `enable_parallelism` gives on
+    the same layout and mesh (its twin, built without the case's fault): a loader that read the wrong slice, the
+    wrong file or another rank's shard differs here, whatever the numbers say. Taken before the kind's own engine
+    (FSDP) reshards anything."""
+    mesh = context.mesh(case.layout)
+    with context.phase("load check"):
+        twin = context.build(replace(case, load=ENABLE, fault=None), reference)
+        config = case.layout.diffusers_config(mesh)
+        if config is not None:
+            twin.module.enable_parallelism(config=config, cp_plan=twin.cp_plan)
+        found = loading.differing(loading.shard_digests(built.module), loading.shard_digests(twin.module))
+        params = sum(1 for _ in built.module.parameters())
+    plan = loading.plan_for(case, context.checkpoints, mesh)
+    # diffusers records the config on the model it parallelized: none on the model the case runs means another model
+    # took the place of the one from_pretrained loaded with it
+    unconfigured = plan.config is not None and getattr(built.module, "_parallel_config", None) is None
+    return {**loading.describe(plan, type(built.module).__name__, case.layout), "params": params, "differing": found,
+            "unconfigured": unconfigured}
 
 
 def _compile(context: RankContext, case: Case, built) -> CompiledRun | None:

@@ -10,14 +10,18 @@ from pathlib import Path
 
 import torch
 
+from harness.core.loads import load_of
 from harness.core.records import Case
 from harness.core.reference import Reference, read_reference, reference_path
 from harness.kinds import kind_of
+from harness.rank import loading
 
 
 class RankContext:
-    def __init__(self, references: Path, images_dir: Path | None, device: torch.device):
+    def __init__(self, references: Path, images_dir: Path | None, device: torch.device,
+                 checkpoints: Path | None = None):
         self.root, self.images_dir, self.device = Path(references), images_dir, device
+        self.checkpoints = checkpoints  # the run's checkpoint folders for the from_pretrained loads
         self.references: dict[tuple, Reference] = {}
         self.meshes: dict[tuple, object] = {}
         self.phases: Counter = Counter()  # seconds per phase of the case in progress (where a launch's time goes)
@@ -48,11 +52,19 @@ class RankContext:
             self.meshes[spec] = init_device_mesh(self.device.type, spec[0], mesh_dim_names=spec[1])
         return self.meshes[spec]
 
+    def build(self, case: Case, reference: Reference):
+        """The case built through its kind, its model loaded its load's way (harness.rank.loading): a checkpoint
+        load gives `from_pretrained` the layout's config here, so its parallelism is applied in this build."""
+        plan = loading.plan_for(case, self.checkpoints, self.mesh(case.layout))
+        with self.phase("model build"), loading.planned(plan):
+            return kind_of(case.kind).build(case, reference, self.device)
+
     def apply_layout(self, case: Case, built) -> None:
-        """diffusers' own `enable_parallelism`, then what the kind adds on the mesh (the data-parallel engine).
-        PyTorch's context parallelism is not applied here: it wraps the run (`torch_context_parallel`)."""
+        """diffusers' own `enable_parallelism` (unless the model's load gave `from_pretrained` the config), then
+        what the kind adds on the mesh (the data-parallel engine). PyTorch's context parallelism is not applied
+        here: it wraps the run (`torch_context_parallel`)."""
         mesh = self.mesh(case.layout)
-        config = case.layout.diffusers_config(mesh)
+        config = None if load_of(case.load).checkpoint else case.layout.diffusers_config(mesh)
         if config is not None:
             built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
         if built.parallelize is not None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from harness import faults
 from harness.core.layouts import Layout
+from harness.core.loads import ENABLE, load_of
 from harness.core.modes import EAGER, mode_of
 from harness.core.records import Case, Localization, ModuleTrace
 from harness.engine.context import RankContext
@@ -60,7 +61,8 @@ class _Traced:
 def _layout_trace(context: RankContext, case: Case, reference, world_size: int, compiled: bool = False) -> _Traced:
     """The case under its layout with its fault; `compiled`: each repeated block compiled as the case's mode
     compiles (regional, so every block's output is still seen), forward only."""
-    built = kind_of(case.kind).build(case, reference, context.device)
+    with faults.active(case.fault if load_of(case.load).checkpoint else None):  # as the case ran (casework)
+        built = context.build(case, reference)
     with faults.active(case.fault):
         context.apply_layout(case, built)
         packed = training.packed_parameters(built.module, case.layout.tp) if case.layout.tp > 1 else {}
@@ -107,7 +109,7 @@ def _trace(built, scale: float) -> tuple[list, list | None, str | None]:
 
 def _single_trace(context: RankContext, case: Case, dtype: str, reference) -> tuple[list, list | None, str | None]:
     backend = case.backend if case.layout.world_size > 1 else "native"
-    single = replace(case, layout=Layout("single"), backend=backend, dtype=dtype, fault=None)
+    single = replace(case, layout=Layout("single"), backend=backend, dtype=dtype, fault=None, load=ENABLE)
     built = kind_of(case.kind).build(single, reference, context.device)
     try:
         return _trace(built, 1.0)

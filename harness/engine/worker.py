@@ -37,7 +37,8 @@ class Worker:
         device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}") if torch.cuda.is_available() \
             else torch.device("cpu")
         images = Path(group.images_dir) if group.images_dir else None
-        self.work = RankContext(Path(group.references), images, device)
+        self.work = RankContext(Path(group.references), images, device,
+                                Path(group.checkpoints) if group.checkpoints else None)
         self.baselines = Baselines(self.work, Path(group.baselines) if group.baselines and rank == 0 else None)
         self.events = open(Path(group.workdir) / f"rank{rank}.jsonl", "a", buffering=1)
 
@@ -69,7 +70,8 @@ class Worker:
             shape = tuple(compared.shape) if compared is not None else None
             with self.work.phase("gathers"):
                 dist.all_gather_object(gathered, {"error": error, "peak_mem_mb": self.work.peak_memory_mb(),
-                                                  "seconds": seconds, "shape": shape})
+                                                  "seconds": seconds, "shape": shape,
+                                                  "load": info.get("load") if info else None})
                 differences = self.rank_differences(compared, gathered)
             if self.rank == 0:
                 record = self.record(case, output, info, gathered)
@@ -134,7 +136,7 @@ class Worker:
                           output_placements=info["output_placements"], functions=info["functions"],
                           expected_function=info["expected_function"], comms=info.get("comms"),
                           comms_expected=info.get("comms_expected", []), compiled=info.get("compiled"),
-                          metrics=metrics)
+                          load=loaded(gathered), metrics=metrics)
 
     def report(self, record: CaseRecord) -> None:
         """The case's record to the launcher; one that cannot be written (a value no JSON holds) is the case's
@@ -147,6 +149,17 @@ class Worker:
                                 traceback=traceback_text())
             line = events.to_line(events.Result(self.rank, time.time(), failed))
         self.events.write(line + "\n")
+
+
+def loaded(gathered: list[dict]) -> dict | None:
+    """How a checkpoint load ran, with every rank's parameters whose local shard differs from `enable`'s (None:
+    the `enable` load)."""
+    mine = [g.get("load") for g in gathered]
+    if mine[0] is None:
+        return None
+    return {**{key: value for key, value in mine[0].items() if key != "differing"},
+            "unconfigured": any(each and each.get("unconfigured") for each in mine),
+            "differing": {str(rank): each["differing"] for rank, each in enumerate(mine) if each and each["differing"]}}
 
 
 def init_distributed() -> tuple[int, int]:

@@ -12,6 +12,7 @@ import importlib
 import os
 
 from harness.core.errors import HarnessError
+from harness.core.loads import load_of
 from harness.core.modes import EAGER
 from harness.kinds.base import COMMON_CHECKS, Built, Check, Kind
 from harness.kinds.image import ImageKind
@@ -51,6 +52,9 @@ def repro_template(case) -> tuple[str | None, str]:
     if case.mode != EAGER:
         return None, (f"a compiled case is not scripted (the script runs eager; `harness run --modes {case.mode}` "
                       "runs it compiled)")
+    if load_of(case.load).tensor_parallel_only:
+        return None, (f"a {case.load} case is not scripted (a combination diffusers guards tensor parallelism "
+                      f"against: `harness run --loads {case.load}` shows its refusal)")
     kind = kind_of(case.kind)
     template = kind.repro_script(case)
     return template, "" if template is not None else kind.repro_refusal(case)

@@ -67,13 +67,20 @@ class Check:
 TORCH_CP_NOT_SCRIPTED = ("a case under PyTorch's context parallelism is not scripted (the scripts drive diffusers' "
                          "enable_parallelism); diffusers' context-parallel layouts are")
 
-# The checks every kind's cases get besides its own (harness.run.verdict); `graph_break` under `--fullgraph` only.
+# The checks every kind's cases get besides its own (harness.run.verdict); `graph_break` under `--fullgraph` only,
+# `load_shards` and `load_config` for the checkpoint loads only (harness.core.loads).
 COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output placements", figure=False),
-                 "graph_break": Check()}
+                 "graph_break": Check(), "load_shards": Check("ranks' parameters", figure=False),
+                 "load_config": Check(figure=False)}
 
 # The layout families (each with a backend that runs it) the full plan compiles on a model or two besides every model
 # under ulysses2; the whole slice is sized to about 15 minutes of Inductor on 2 cores (docs/compile.md).
 FULL_COMPILE_FAMILIES = (("single", "native"), ("ring2", "_native_flash"), ("tp2", "native"), ("tcp2", "native"))
+# The layout families the full plan loads through from_pretrained (harness.core.loads), each with its backend: every
+# family diffusers takes a parallel_config for, and those that load plainly (single, dp, PyTorch's CP)
+LOAD_FAMILIES = (("single", "native"), ("ulysses2", "native"), ("ring2", "_native_flash"), ("tp2", "native"),
+                 ("ring2xulysses2", "_native_flash"), ("tp2+ulysses2", "native"), ("dp2", "native"),
+                 ("dp2xulysses2", "native"), ("tcp2", "native"))
 
 
 def slice_ids(kind: str, models: Iterable[str], layouts: Iterable[tuple[str, str]],
@@ -122,6 +129,15 @@ class Kind:
         `compile_cases` (compiling costs tens of seconds a graph on a CPU); none by default."""
         return []
 
+    def load_slice(self, plan: str) -> list[str]:
+        """The ids (without load and mode) of this kind's cases that plan `plan` also loads through from_pretrained,
+        its part of the plan's `load_cases`: the full plan's every model on each load family, fp32; none otherwise."""
+        if plan != "full":
+            return []
+        from harness.catalogue.zoo import SPECS
+
+        return slice_ids(self.name, SPECS, LOAD_FAMILIES)
+
     def unavailable(self) -> str | None:
         """Why this kind cannot run on this machine (a plan-time SKIP), or None."""
         return None
@@ -165,6 +181,14 @@ class Kind:
 
     def build(self, case: Case, reference: Reference, device) -> Built:
         raise NotImplementedError
+
+    def save_checkpoint(self, case: Case, reference: Reference, target: Path) -> None:
+        """The reference's weights as the diffusers checkpoint folder the checkpoint loads read with
+        `from_pretrained` (harness.core.loads), written once per run (harness.run.checkpoints): the model's own."""
+        from harness.catalogue.zoo import get_spec
+        from harness.rank import loading
+
+        loading.save_model(reference, get_spec(case.model).model_class(), target)
 
     def detach(self, output) -> Any:
         """The output as kept for comparison after the case (a CPU tensor, a picture)."""

@@ -138,9 +138,14 @@ class ImageKind(Kind):
         return path, written
 
     def build(self, case, reference, device) -> Built:
-        from harness.rank import noise
+        from harness.core.dtypes import torch_dtype
+        from harness.rank import loading, noise
 
-        pipe = build_pipe(case.model, case.dtype, device, reference, case.weights_dir)
+        dtype = torch_dtype(case.dtype)
+        pipe = loading.pipeline(  # the case's load's way: the pipeline folder with the parallel transformer passed in
+            lambda: build_pipe(case.model, case.dtype, device, reference, case.weights_dir),
+            lambda: loading.transformer(_auto_model(), reference, device, dtype, "transformer"),
+            device, dtype)
         pipe.transformer.set_attention_backend(case.backend)
         weights = {key.removeprefix("transformer."): value for key, value in reference.weights.items()
                    if key.startswith("transformer.")} if case.weights_dir is None else None
@@ -148,6 +153,14 @@ class ImageKind(Kind):
         # The VAE may call SDPA itself: only the transformer's attention kernels prove the backend.
         return Built(pipe.transformer, lambda: draw.run(lambda: run_pipe(pipe, case.model)),
                      kernel_scope=pipe.transformer, twin=draw.twin)
+
+    def save_checkpoint(self, case, reference, target) -> None:
+        """The whole tiny pipeline folder, the reference's weights in each component."""
+        import torch
+
+        from harness.rank import loading
+
+        loading.save_pipeline(build_pipe(case.model, "fp32", torch.device("cpu"), reference), target)
 
     def repro_refusal(self, case) -> str:
         return "image cases are not scripted (a whole pipeline); tensor and train cases are"
@@ -235,6 +248,11 @@ def noise_limits(draws, factor: float) -> dict[str, float]:
     return {"max_abs_err_max": factor * max(run["max_abs_err"] for run in draws),
             "ssim_min": 1.0 - factor * max(1.0 - run["ssim"] for run in draws),
             "psnr_min": min(run["psnr"] for run in draws) - 20.0 * math.log10(factor)}
+def _auto_model():
+    """diffusers' AutoModel, which the guide loads a pipeline's transformer with (its class from the folder)."""
+    from diffusers import AutoModel
+
+    return AutoModel
 
 
 def _config_hash(model: str, weights_dir=None) -> str:

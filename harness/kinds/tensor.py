@@ -80,6 +80,13 @@ class TensorKind(Kind):
         return [*slice_ids(self.name, SPECS, (("ulysses2", "native"),)),
                 *slice_ids(self.name, ("flux", "qwenimage"), FULL_COMPILE_FAMILIES)]
 
+    def load_slice(self, plan: str) -> list[str]:
+        """quick: flux and qwenimage on one layout of each family diffusers loads with a parallel_config, fp32."""
+        if plan == "quick":
+            return slice_ids(self.name, ("flux", "qwenimage"), (("ulysses2", "native"), ("ring2", "_native_flash"),
+                                                                 ("tp2", "native")))
+        return super().load_slice(plan)
+
     def shapes(self, spec, wanted, weights_dir):
         names = list(spec.shapes) if "all" in wanted else [name for name in wanted if name in spec.shapes]
         return [(name, None) for name in names]
@@ -119,12 +126,10 @@ class TensorKind(Kind):
 
         from harness.catalogue.zoo import get_spec
         from harness.core.dtypes import torch_dtype
-        from harness.rank import noise, torch_cp
+        from harness.rank import loading, noise, torch_cp
 
         dtype, spec = torch_dtype(case.dtype), get_spec(case.model)
-        model = spec.model_class()(**reference.meta["config"])
-        model.load_state_dict(reference.weights)
-        model = model.to(device, dtype).eval()
+        model = loading.transformer(spec.model_class(), reference, device, dtype).eval()  # the case's load's way
         # `.clone()`: tensors mapped from the file can sit at unaligned addresses, which moves results by ~1e-7.
         inputs = {
             key: value.to(device, dtype if value.is_floating_point() else value.dtype).clone()

@@ -96,6 +96,10 @@ class TrainKind(Kind):
         return [*slice_ids(self.name, SPECS, (("ulysses2", "native"),)),
                 *slice_ids(self.name, ("flux",), (*FULL_COMPILE_FAMILIES, ("dp2", "native")))]
 
+    def load_slice(self, plan: str) -> list[str]:
+        """quick: flux trained from a tensor-parallel from_pretrained load (the streaming loader's shards)."""
+        return slice_ids(self.name, ("flux",), (("tp2", "native"),)) if plan == "quick" else super().load_slice(plan)
+
     def repro_script(self, case) -> str | None:
         layout = case.layout
         return None if layout.is_data_parallel or layout.tp > 1 or layout.is_torch_context_parallel else "train.py"
@@ -185,12 +189,10 @@ class TrainKind(Kind):
 
         from harness.catalogue.zoo import get_spec
         from harness.core.dtypes import torch_dtype
-        from harness.rank import noise, training
+        from harness.rank import loading, noise, training
 
         spec = get_spec(case.model)
-        model = spec.model_class()(**reference.meta["config"])
-        model.load_state_dict(reference.weights)
-        model = model.to(device, torch.float32)
+        model = loading.transformer(spec.model_class(), reference, device, torch.float32)  # the case's load's way
         model.set_attention_backend(case.backend)
         batch = _batch(reference)
         steps = reference.meta["train"]["steps"]

@@ -25,6 +25,7 @@ def apply() -> None:
     if _applied or not needed():
         return
     _device_count_at_least_one()
+    _rank_device_is_cpu()
     if compat.has("tensor_parallel"):
         _allow_tensor_parallel_on_cpu()
     if compat.has("native_flash_ops"):  # before 0.37 `_native_flash` has no ring path, so nothing to adapt
@@ -37,6 +38,32 @@ def _device_count_at_least_one() -> None:
     # diffusers places rank r on device `r % torch.accelerator.device_count()`, which is 0 on CPU.
     original = torch.accelerator.device_count
     torch.accelerator.device_count = functools.wraps(original)(lambda: max(1, original()))
+
+
+def _rank_device_is_cpu() -> None:
+    # With the count above, diffusers names each rank's device `cpu:<rank % 1>` = `cpu:0`, an index a CPU tensor never
+    # has: torch then treats it as another device and copies, so an `nn.Parameter` moved there comes back a plain
+    # tensor without requires_grad (accelerate's set_module_tensor_to_device does that to every parameter outside the
+    # `_tp_plan` in from_pretrained's tensor-parallel load: frozen in training). A CUDA rank's device is the device its
+    # tensors are on, where that move is no copy; on CPU that device is `cpu`.
+    from diffusers.models import _modeling_parallel as parallel
+
+    for config in (parallel.ParallelConfig, parallel.ContextParallelConfig,
+                   getattr(parallel, "TensorParallelConfig", None)):
+        if config is None or getattr(config.setup, "_harness_cpu_shim", False):
+            continue
+        config.setup = _cpu_device_setup(config.setup)
+
+
+def _cpu_device_setup(original):
+    @functools.wraps(original)
+    def setup(self, rank, world_size, device, *args, **kwargs):
+        if isinstance(device, torch.device) and device.type == "cpu":
+            device = torch.device("cpu")
+        return original(self, rank, world_size, device, *args, **kwargs)
+
+    setup._harness_cpu_shim = True
+    return setup
 
 
 def _allow_tensor_parallel_on_cpu() -> None:

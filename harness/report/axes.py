@@ -45,7 +45,7 @@ def spell(case: dict[str, Any]) -> str:
     """The id the parts of `case` spell, as the page script spells it (`spellId` in static/report.js)."""
     out = []
     for axis in axes():
-        value = case.get(axis["name"])
+        value = case.get(axis["name"], axis.get("omit"))  # an axis declared after the record was written: its default
         if "omit" in axis and value == axis["omit"]:
             continue
         out.append(f"{axis['before']}{value}")

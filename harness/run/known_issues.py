@@ -5,7 +5,9 @@ traced cause in words) and its `link` (where the cause is: the line of diffusers
 `match` is a glob (or a list) over case ids, and `diffusers` (a
 PEP 440 range such as ">=0.37,<0.40") limits the entry to the releases that have the issue. A glob matches a case's
 id with or without its mode (harness.core.modes): an issue of diffusers is the same compiled, and its evidence must
-still lie in the bands measured eager; `modes` (a list) limits the entry to those modes. What it excuses:
+still lie in the bands measured eager; `modes` (a list) limits the entry to those modes. Likewise with or without its
+load (harness.core.loads): a model's bug is the same whether `enable_parallelism` or `from_pretrained` applied the
+layout; `loads` (a list) limits the entry to those loads (a loader's own bug). What it excuses:
 
 - an **error** (`status = "ERROR"`): `error_contains`, one text or a list of alternatives (diffusers rewords its
   errors between releases), must appear in the error;
@@ -28,9 +30,10 @@ from packaging.version import Version
 
 from harness.core.errors import HarnessError
 from harness.core.evidence import Evidence
+from harness.core.loads import LOADS, enable_id
 from harness.core.modes import MODES, eager_id
 
-_KEYS = {"match", "title", "reason", "link", "error_contains", "diffusers", "status", "evidence", "modes"}
+_KEYS = {"match", "title", "reason", "link", "error_contains", "diffusers", "status", "evidence", "modes", "loads"}
 _EXCUSE_KEYS = {"subjects", "band", "contains"}
 
 
@@ -66,6 +69,7 @@ class KnownIssue:
     status: str = "ERROR"  # ERROR: excuses an error by its text; FAIL: excuses the checks of `evidence`
     evidence: dict[str, Excuse] = field(default_factory=dict)
     modes: tuple[str, ...] = ()  # the modes it is about (harness.core.modes); empty: every mode
+    loads: tuple[str, ...] = ()  # the loads it is about (harness.core.loads); empty: every load
     key: str = ""  # where the entry is ("known_issues.toml #3"), to name it in results and warnings
     title: str = ""  # a few words that name it; empty: the first clause of its reason
 
@@ -74,9 +78,11 @@ class KnownIssue:
         diffusers (`version`, read from the package when not given)."""
         patterns = (self.match,) if isinstance(self.match, str) else self.match
         plain, mode = eager_id(case_id)
-        if self.modes and mode not in self.modes:
+        enabled, load = enable_id(case_id)
+        if self.modes and mode not in self.modes or self.loads and load not in self.loads:
             return False
-        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns for name in {case_id, plain}):
+        names = {case_id, plain, enabled, enable_id(plain)[0]}
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns for name in names):
             return False
         return self.covers(version)
 
@@ -152,6 +158,11 @@ def _issue(path: Path, index: int, entry: dict) -> KnownIssue:
     if unknown_modes:
         raise HarnessError(f"{where}: unknown modes {unknown_modes} in 'modes'; valid modes: {', '.join(MODES)}")
     fields["modes"] = tuple(modes)
+    loads = fields.get("loads", [])
+    if not isinstance(loads, list) or any(load not in LOADS for load in loads):
+        raise HarnessError(f"{where}: 'loads' must be a list of loads, e.g. [\"pretrained\"]; valid loads: "
+                           f"{', '.join(LOADS)}")
+    fields["loads"] = tuple(loads)
     for key in ("title", "reason", "link", "diffusers", "status"):
         if not isinstance(fields.get(key, ""), str):
             raise HarnessError(f"{where}: '{key}' must be a string")

@@ -13,6 +13,7 @@ from harness.core import axes, compat
 from harness.core.dtypes import torch_dtype
 from harness.core.errors import HarnessError
 from harness.core.layouts import Layout, parse_layout
+from harness.core.loads import ENABLE, enable_id, load_of
 from harness.core.modes import EAGER, eager_id, mode_of
 from harness.core.records import Case, without_fault
 from harness.kinds import KINDS, kind_of
@@ -28,6 +29,7 @@ class Refusal:
 
     reason: str
     error_contains: tuple[str, ...]
+    checked: bool = False  # the refusal is what the case tests: it runs without --check-refusals too
 
     def seen_in(self, message: str) -> bool:
         return any(text in message for text in self.error_contains)
@@ -71,7 +73,8 @@ def skip_reason(case: Case, rank_limit: int | Capacity) -> str | None:
     if layout.tp > 1 and getattr(model_class, "_tp_plan", None) is None:
         return f"{spec.class_name} defines no _tp_plan"
     kind = kind_of(case.kind)
-    unavailable = kind.unavailable() or kind.skip_reason(case) or mode_skip(case, model_class)
+    unavailable = kind.unavailable() or kind.skip_reason(case) or mode_skip(case, model_class) or \
+        load_skip(case, spec, model_class)
     if unavailable is not None:
         return unavailable
     found = backend_info.probe(case.backend, case.dtype)
@@ -114,9 +117,31 @@ def mode_skip(case: Case, model_class) -> str | None:
     return None
 
 
+def load_skip(case: Case, spec, model_class) -> str | None:
+    """Why the case's load cannot run here (a plan-time SKIP), or None (harness.core.loads)."""
+    from harness.catalogue import tp_guards
+
+    load = load_of(case.load)
+    if load.name == ENABLE:
+        return None
+    if load.checkpoint and case.weights_dir is not None:
+        return "a --weights checkpoint is loaded as it is; the load axis applies to the zoo's own checkpoints"
+    if load.checkpoint and spec.cp_plan is not None and case.layout.is_context_parallel:
+        return (f"from_pretrained takes no cp_plan, and the tiny {spec.class_name}'s own _cp_plan does not fit it "
+                f"(the zoo passes enable_parallelism a pruned plan)")
+    return tp_guards.unavailable(load.name)
+
+
 def predicted_refusal(case: Case) -> Refusal | None:
-    """What diffusers is expected to refuse, known before launch: a backend its registry does not list as
-    context-parallel capable, or a sequence (or head count) that plain ring/Ulysses cannot split evenly."""
+    """What diffusers is expected to refuse, known before launch: a tensor-parallel combination it guards against
+    (harness.catalogue.tp_guards, read from its own code), a backend its registry does not list as context-parallel
+    capable, or a sequence (or head count) that plain ring/Ulysses cannot split evenly."""
+    from harness.catalogue import tp_guards
+
+    guard = tp_guards.guarding(case.load)
+    if guard is not None:
+        return Refusal(f"diffusers refuses {guard.what} with tensor parallelism ({guard.where})", (guard.error,),
+                       checked=True)
     layout = case.layout
     if not layout.is_context_parallel:
         return None
@@ -161,7 +186,7 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
                fault: str | None = None, kinds=("tensor",), weights_dir=None,
                check_refusals: bool = False, scopes: dict | None = None,
                capacity: Capacity | None = None, more: dict[str, list] | None = None,
-               compile_cases=("*",)) -> list[PlannedCase]:
+               compile_cases=("*",), load_cases=("*",)) -> list[PlannedCase]:
     """Every case, in a stable order; what cannot run here carries its SKIP reason. Image cases exist for the models
     with a tiny pipeline, at the tiny pipeline's own size, or on the local checkpoint `weights_dir`. A kind runs the
     layouts it applies to (data-parallel layouts: train only), on its own models, layouts and shapes where `scopes`
@@ -171,7 +196,9 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
     refusal is seen (XFAIL) and a backend that runs where it should refuse is judged like any other case. `more`:
     the values of the product axes declared after backend and dtype (harness.core.axes), by axis name (one not
     given: its default). A compiled mode runs only the cases whose id without the mode matches a glob of
-    `compile_cases` (each plan's compile slice: compiling costs tens of seconds a graph)."""
+    `compile_cases` (each plan's compile slice: compiling costs tens of seconds a graph), and a load other than
+    `enable` those whose id without the load matches a glob of `load_cases` (each plan's load slice); a load
+    exists only on the layouts it applies to (the `tp_*` combinations: tensor-parallel layouts)."""
     check_weights(weights_dir)
     for dtype in dtypes:
         torch_dtype(dtype)
@@ -179,6 +206,8 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
         faults.check(fault)
     for mode in (more or {}).get("mode", ()):
         mode_of(mode)
+    for load in (more or {}).get("load", ()):
+        load_of(load)
     known_backends = set(backend_info.all_backend_names())
     for backend in backends:
         if backend not in known_backends:
@@ -216,12 +245,21 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
                                 **dict(zip(crossed, values, strict=True)))
                     if case.mode != EAGER and not _in_slice(case, compile_cases):
                         continue
+                    if case.load != ENABLE and not _in_load_slice(case, load_cases):
+                        continue
                     plan.append(_planned(case, limit, check_refusals, registry))
     return plan
 
 
 def _in_slice(case: Case, globs) -> bool:
     plain = eager_id(without_fault(case.case_id))[0]
+    return any(fnmatch.fnmatchcase(plain, glob) for glob in globs)
+
+
+def _in_load_slice(case: Case, globs) -> bool:
+    if not load_of(case.load).applies(case.layout):
+        return False
+    plain = eager_id(enable_id(without_fault(case.case_id))[0])[0]
     return any(fnmatch.fnmatchcase(plain, glob) for glob in globs)
 
 
@@ -234,7 +272,7 @@ def _planned(case: Case, limit: int, check_refusals: bool, registry: dict[str, s
         if found.broken:
             return PlannedCase(case, plan_error=found.reason)
     refusal = predicted_refusal(case) if reason is None else None
-    if refusal is not None and not check_refusals:
+    if refusal is not None and not check_refusals and not refusal.checked:
         return PlannedCase(case, f"{refusal.reason}; --check-refusals runs it to see diffusers refuse")
     return PlannedCase(case, reason, refusal)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from harness.core import axes, environment
 from harness.core.errors import HarnessError
 from harness.core.header import RunHeader
+from harness.core.loads import LOADS
 from harness.core.modes import EAGER, MODES
 from harness.core.records import GroupSpec, Localization, Outcome
 from harness.core.reference import reference_path
@@ -22,6 +23,7 @@ from harness.report.images import prune_images
 from harness.report.write import write_reports
 from harness.run import handover, partial, shards, timing
 from harness.run.capture import ensure_references
+from harness.run.checkpoints import FOLDER, write_checkpoints
 from harness.run.divergence import first_divergence
 from harness.run.known_issues import load_known_issues
 from harness.run.launch import GroupStats, Nodes, group_by_world_size, run_group
@@ -48,9 +50,12 @@ def plan_from(settings: Settings, fault: str | None = None) -> list[PlannedCase]
     compiled = settings.compile_cases
     if "all" in more["mode"]:  # every mode on every case: the opt-in beyond the plan's compile slice
         more["mode"], compiled = list(MODES), ["*"]
+    if "all" in more["load"]:  # every load of the plan's load slice
+        more["load"] = list(LOADS)
     plan = build_plan(settings.models, settings.layouts, settings.backends, settings.dtypes, settings.shapes,
                       settings.cpu_max_ranks, fault, settings.kinds, settings.weights, settings.check_refusals,
-                      settings.scopes, capacity=_capacity(settings), more=more, compile_cases=compiled)
+                      settings.scopes, capacity=_capacity(settings), more=more, compile_cases=compiled,
+                      load_cases=settings.load_cases)
     return plan + uncovered_rows()
 
 
@@ -231,7 +236,9 @@ def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo)
     if not cases:
         return
     echo(f"localizing {len(cases)} case(s): where each first leaves the single-device run")
-    group = GroupSpec("", str(settings.path("references")), None, [])
+    checkpoints = report_dir / WORKDIR / FOLDER  # the run's own, kept for this (a failed case keeps the work folder)
+    group = GroupSpec("", str(settings.path("references")), None, [],
+                      checkpoints=str(checkpoints) if checkpoints.is_dir() else None)
 
     def on_outcome(outcome: Outcome) -> None:
         result, record = done[outcome.case.case_id], outcome.record
@@ -256,9 +263,11 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
     workdir = report_dir / WORKDIR
     shutil.rmtree(workdir, ignore_errors=True)
     total, stats = len(done) + len(cases), GroupStats()  # cases kept by --resume count as done
+    checkpoints = write_checkpoints(cases, settings.path("references"), workdir, echo)
     group = GroupSpec("", str(settings.path("references")), str(report_dir / "images"), [],
                       baselines=str(workdir / "baselines"),
-                      compile_cache=str(settings.path("compile_cache")) if settings.compile_cache else None)
+                      compile_cache=str(settings.path("compile_cache")) if settings.compile_cache else None,
+                      checkpoints=str(checkpoints) if checkpoints else None)
     launcher = launcher_from(settings)
     with open(report_dir / PARTIAL, "a") as partial, _shared(launcher.nnodes, workdir) as shared:
         nodes = Nodes(launcher, _capacity(settings), shared)

@@ -30,18 +30,20 @@ class Control:
     kind: str = "tensor"
     clean: Status = Status.PASS  # the clean twin's status (XFAIL: a known issue the fault must not hide behind)
     mode: str = "eager"  # compiled modes (harness.core.modes): the bug must be caught in what the compiler made
+    load: str = "enable"  # checkpoint loads (harness.core.loads): the bug is in how the weights were read
 
     def __post_init__(self):
         faults.check(self.fault)  # a misspelt fault fails as the table is read, not in the middle of a selftest
 
     @property
     def clean_id(self) -> str:
-        return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind, mode=self.mode)
+        return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind, mode=self.mode,
+                       load=self.load)
 
     @property
     def name(self) -> str:
         return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind, self.fault,
-                       mode=self.mode)
+                       mode=self.mode, load=self.load)
 
 
 _QUERY = "transformer_blocks.0.attn.to_q"
@@ -101,6 +103,13 @@ CONTROLS = [
     Control("flux", "tp2", "native", "fp32", "tp_skip_allreduce", "transformer_blocks.0.attn.to_out.0: 0 all_reduce"),
     Control("flux", "ulysses2", "native", "fp32", "cp_attention_left_out",
             "missing: transformer_blocks.0.attn: 0 all_to_all, expected >= 8", "image"),
+    # The loads users take (from_pretrained with a parallel_config): a sharded loader that reads another rank's slice
+    # fails the shard check by name (the numbers fail too); CP hooks that were never installed fail the communication
+    # proof while the numbers pass (every rank computes the whole sequence).
+    Control("flux", "tp2", "native", "fp32", "load_wrong_slice", "differs from enable_parallelism's",
+            load="pretrained"),
+    Control("flux", "ulysses2", "native", "fp32", "load_cp_hooks_dropped",
+            "missing: transformer_blocks.0.attn: 0 all_to_all, expected >= 4", load="pretrained_wrapped"),
     # A known issue excuses only its evidence: a second TP training bug in cells that are XFAIL for the first one
     # (the per-head norm weights) must come out FAIL, naming what the known issue does not.
     Control("flux", "tp2", "native", "fp32", "tp_colwise_input_grad", "x_embedder", "train", Status.XFAIL),
@@ -190,7 +199,7 @@ def control_plan(cpu_max_ranks: int, controls=tuple(CONTROLS)) -> list[PlannedCa
     plan, seen, limit = [], set(), max_ranks(cpu_max_ranks)
     for control in controls:
         faulty = Case(control.model, parse_layout(control.layout), control.backend, control.dtype,
-                      kind=control.kind, fault=control.fault, mode=control.mode)
+                      kind=control.kind, fault=control.fault, mode=control.mode, load=control.load)
         for case in (replace(faulty, fault=None), faulty):
             if case.case_id not in seen:
                 seen.add(case.case_id)

@@ -24,8 +24,13 @@ from harness.run.launchers import LAUNCHERS
 
 # What each `--plan` sets of the run's own options (the kinds add theirs: `preset`). quick: what CI runs, the default;
 # full: every model, shape and layout, the GPU backends, fp16, and diffusers' refusals checked.
+# The loads the quick plan runs on its load slice: from_pretrained as the guide writes it and wrapped in a
+# ParallelConfig, and the tensor-parallel combinations diffusers guards (harness.core.loads)
+QUICK_LOADS = ["enable", "pretrained", "pretrained_wrapped", "tp_device_map", "tp_quantized", "tp_group_offload",
+               "tp_cpu_offload", "tp_lora"]
+
 RUN_PRESETS: dict[str, dict[str, Any]] = {
-    "quick": {"modes": ["eager", "compile"]},
+    "quick": {"modes": ["eager", "compile"], "loads": QUICK_LOADS},
     "full": {
         "models": "all",
         "shapes": ["all"],
@@ -34,6 +39,7 @@ RUN_PRESETS: dict[str, dict[str, Any]] = {
         "dtypes": ["fp32", "bf16", "fp16"],
         "check_refusals": True,
         "modes": ["eager", "compile"],
+        "loads": ["all"],
     },
 }
 
@@ -69,6 +75,15 @@ class Settings:
     compile_cases: list[str] = _option(["*"], "Globs over case ids without their mode: the cases the compiled modes "
                                               "also run (default every case of the plan; each plan has its compile "
                                               "slice). `--modes all` runs every mode on every case.", True)
+    loads: list[str] = _option(["enable"], "How the model gets its weights and its parallelism: enable (the "
+                                           "reference's weights, then enable_parallelism), pretrained "
+                                           "(from_pretrained(folder, parallel_config=...) from a sharded checkpoint, "
+                                           "as diffusers' guide says), pretrained_wrapped, the tp_* combinations "
+                                           "diffusers guards tensor parallelism against, or all (docs/loading.md).",
+                               True)
+    load_cases: list[str] = _option(["*"], "Globs over case ids without their load: the cases the loads other than "
+                                           "enable also run (default every case of the plan; each plan has its "
+                                           "load slice).", True)
     fullgraph: bool = _option(False, "A compiled case whose model breaks into more than one graph (a graph break) is "
                                      "FAIL, not only counted.")
     compile_cache: str = _option("", "Folder of Inductor's compile cache for the ranks (TORCHINDUCTOR_CACHE_DIR): a "
@@ -159,12 +174,15 @@ RUN_OPTIONS = tuple(name for name, option in OPTIONS.items() if not option.is_ta
 
 def preset(plan: str) -> dict[str, Any]:
     """What `--plan <plan>` sets, by flat key: the run's own options (`RUN_PRESETS`), each kind's (`Kind.presets`),
-    and the compile slice its kinds name (`Kind.compile_slice`)."""
+    and the compile and load slices its kinds name (`Kind.compile_slice`, `Kind.load_slice`)."""
     values = dict(RUN_PRESETS[plan])
     for kind in KINDS.values():
         values.update({f"{kind.name}_{name}": value for name, value in kind.presets.get(plan, {}).items()})
-    compiled = [case_id for kind in KINDS.values() for case_id in kind.compile_slice(plan)]
-    return {**values, "compile_cases": compiled} if compiled else values
+    for option, part in (("compile_cases", "compile_slice"), ("load_cases", "load_slice")):
+        ids = [case_id for kind in KINDS.values() for case_id in getattr(kind, part)(plan)]
+        if ids:
+            values[option] = ids
+    return values
 
 
 def find_pyproject(start: Path) -> Path | None:

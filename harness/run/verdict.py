@@ -64,7 +64,8 @@ def _judge(outcome: Outcome, settings) -> CaseResult:
     # what rank 0's numbers cannot show (other ranks' outputs, the output's type), then the numbers.
     items = _proof_failures(outcome.case, record) + _integrity_failures(result, record,
                                                                              kind.rank_tolerance(policy))
-    return settle(result, items + numbers + _compile_failures(result, record, settings.fullgraph))
+    return settle(result, items + _load_failures(result, record) + numbers
+                  + _compile_failures(result, record, settings.fullgraph))
 
 
 def settle(result: CaseResult, items: list[Evidence]) -> CaseResult:
@@ -119,6 +120,35 @@ def _proof_failures(case, record) -> list[Evidence]:
         found.append(Evidence("proof.comms", "communication: under compile the graphs named none of the modules the "
                                              "layout predicts exchanges for, so nothing proves them"))
     return found
+
+
+def _load_failures(result: CaseResult, record) -> list[Evidence]:
+    """A checkpoint load (harness.core.loads): how it was called, and each parameter whose local shard on a rank
+    differs from what `enable_parallelism` gives on the same layout (the wrong slice, file or rank read), named with
+    its rank; the numbers may still pass, the weights are not the checkpoint's."""
+    if record.load is None:
+        return []
+    load = record.load
+    result.extra["load"] = {key: value for key, value in load.items() if value not in (None, {}, [], False)}
+    rows = [["call", load["call"]], ["parameters checked per rank", load.get("params")]]
+    if load.get("note"):
+        rows.append(["note", load["note"]])
+    if not load.get("differing"):
+        rows.append(["local shards vs enable_parallelism's", "equal, bit for bit, on every rank"])
+    if load.get("unconfigured"):
+        rows.append(["parallel config of the model run", "none: another model took the loaded one's place"])
+    rows += [[f"differs on rank {rank}", ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5
+                                                                 else "")]
+             for rank, names in load.get("differing", {}).items()]
+    result.extra.setdefault("blocks", []).append(table("How the model was loaded", ["", ""], rows))
+    found = []
+    if load.get("unconfigured"):
+        found.append(Evidence("load_config", "the model the case ran carries no parallel config, though "
+                                             "from_pretrained was given one: another model took its place (a "
+                                             "pipeline that loaded its own transformer over the one passed in)"))
+    return found + [Evidence("load_shards", f"rank {rank}: the local shard of {name} from from_pretrained differs "
+                                            f"from enable_parallelism's on the same layout", f"rank {rank}: {name}")
+                    for rank, names in load.get("differing", {}).items() for name in names]
 
 
 def _compile_failures(result: CaseResult, record, fullgraph: bool) -> list[Evidence]:

@@ -65,8 +65,19 @@ def _case_data(case, settings, path: Path, meta: dict) -> dict:
             "layout": {"name": layout.name, "ring": layout.ring, "ulysses": layout.ulysses, "tp": layout.tp,
                        "anything": layout.anything, "mesh_shape": list(mesh[0]), "mesh_names": list(mesh[1])},
             "reference": {"name": path.name, "path": str(path)},
-            **asdict(kind_of(case.kind).policy(settings, case.dtype)), **_spec_data(case.model, meta)}
+            **asdict(kind_of(case.kind).policy(settings, case.dtype)), **_spec_data(case.model, meta),
+            "load": _load_data(case.load)}
     return data
+
+
+def _load_data(name: str) -> dict:
+    """How the script loads the model under the layout (harness.core.loads): `enable_parallelism`, or
+    `from_pretrained` on a sharded checkpoint it saves beside itself."""
+    from harness.core.loads import load_of
+    from harness.rank.loading import MAX_SHARD_SIZE
+
+    load = load_of(name)
+    return {"name": load.name, "wrapped": load.wrapped, "max_shard_size": MAX_SHARD_SIZE}
 
 
 def _spec_data(model: str, meta: dict) -> dict:

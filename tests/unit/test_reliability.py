@@ -31,7 +31,8 @@ pytest_plugins = ["pytester"]
 # Far beyond any clean case on a loaded machine: the hang below is found by the stall detection (no rank uses CPU
 # time), which does not depend on machine speed, never by this timeout.
 CASE_TIMEOUT = 600
-FLUX_2 = ["--models", "flux", "--backends", "native", "--dtypes", "fp32", "--kinds", "tensor", "--modes", "eager"]
+FLUX_2 = ["--models", "flux", "--backends", "native", "--dtypes", "fp32", "--kinds", "tensor", "--modes", "eager",
+          "--loads", "enable"]
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
@@ -250,6 +251,7 @@ def test_two_captures_at_once_write_each_reference_once_and_whole(project):
 
 XDIST_PROJECT = '''[tool.harness]
 modes = ["eager"]
+loads = ["enable"]
 models = ["flux"]
 layouts = ["ulysses2", "tp2"]
 backends = ["native"]

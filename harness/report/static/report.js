@@ -55,7 +55,8 @@
   }
   function spellId(c) {  // harness.report.axes.spell: each axis after its separator, unless it is the omitted value
     return D.axes.map(function (a) {
-      return "omit" in a && c[a.name] === a.omit ? "" : a.before + c[a.name];
+      var value = c[a.name] === undefined ? a.omit : c[a.name];  // an axis declared after the record: its default
+      return "omit" in a && value === a.omit ? "" : a.before + value;
     }).join("");
   }
   function unpack(v) {  // embed.py `_pack`: the members named in "$" are indices into D.v

@@ -145,6 +145,36 @@ def build_model(reference, dtype, device):
     return model
 
 
+def loaded_model(reference, dtype, device, parallel):
+    """The model of the case on one device, or under its layout: built and then `enable_parallelism` (the `enable`
+    load), or, for a `pretrained` load, `from_pretrained(folder, parallel_config=..., torch_dtype=...)` on the
+    reference's weights saved as a sharded diffusers checkpoint, as diffusers' distributed-inference guide loads it."""
+    load = CASE.get("load") or {"name": "enable"}
+    if not (parallel and load["name"] != "enable"):
+        model = build_model(reference, dtype, device)
+        if parallel:
+            parallelize(model, device)
+        return model
+    folder = Path(__file__).resolve().with_name(f"{Path(__file__).stem}-checkpoint")
+    if not dist.is_initialized() or dist.get_rank() == 0:  # written once, by rank 0, the others wait
+        if not (folder / "config.json").is_file():
+            build_model(reference, torch.float32, "cpu").save_pretrained(
+                str(folder), safe_serialization=True, max_shard_size=load["max_shard_size"])
+    if dist.is_initialized():
+        dist.barrier()
+    config = parallel_config(make_mesh(device))
+    if load["wrapped"] and not isinstance(config, diffusers.ParallelConfig):
+        key = "tensor_parallel_config" if CASE["layout"]["ring"] * CASE["layout"]["ulysses"] == 1 else \
+            "context_parallel_config"
+        config = diffusers.ParallelConfig(**{key: config})
+    print(f"  rank {dist.get_rank()}: {reference.meta['class']}.from_pretrained({folder.name}, parallel_config="
+          f"{type(config).__name__}(...), torch_dtype={dtype})", flush=True)
+    model = getattr(diffusers, reference.meta["class"]).from_pretrained(str(folder), parallel_config=config,
+                                                                         torch_dtype=dtype).to(device)
+    model.set_attention_backend(CASE["backend"])
+    return model
+
+
 def moved(value, device, dtype=None):
     """On the device (floating tensors in `dtype`), cloned: tensors mapped from a file can sit at unaligned
     addresses, which moves results by ~1e-7."""

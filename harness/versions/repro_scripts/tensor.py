@@ -7,12 +7,11 @@ from harness.versions.repro_scripts.common import (
     CASE,
     DTYPES,
     Reference,
-    build_model,
     describe,
     dist,
+    loaded_model,
     moved,
     older_release_inputs,
-    parallelize,
     reference_path,
     say,
     start,
@@ -24,9 +23,7 @@ from harness.versions.repro_scripts.common import (
 
 
 def forward(reference, dtype, device, parallel):
-    model = build_model(reference, dtype, device).eval()
-    if parallel:
-        parallelize(model, device)
+    model = loaded_model(reference, dtype, device, parallel).eval()
     inputs = older_release_inputs(model, {key: moved(value, device, dtype) for key, value in reference.inputs.items()})
     with torch.no_grad():
         output = model(**inputs, return_dict=False)[0]

@@ -11,13 +11,12 @@ from harness.versions.repro_scripts.common import (
     CASE,
     DTYPES,
     Reference,
-    build_model,
     contextlib,
     describe,
     dist,
+    loaded_model,
     moved,
     older_release_inputs,
-    parallelize,
     reference_path,
     say,
     start,
@@ -45,9 +44,7 @@ def loss_at(model, reference, step, device, autocast):
 
 def train(reference, device, parallel):
     """Losses, step-1 gradients and final weights (whole fp32 CPU tensors) of the reference's recipe."""
-    model = build_model(reference, torch.float32, device)
-    if parallel:
-        parallelize(model, device)
+    model = loaded_model(reference, torch.float32, device, parallel)
     dtype = DTYPES[CASE["dtype"]]
     autocast = contextlib.nullcontext if dtype == torch.float32 else (lambda: torch.autocast(device.type, dtype))
     recipe, named = reference.meta["train"]["recipe"], dict(model.named_parameters())
