@@ -58,13 +58,13 @@ def test_a_load_other_than_enable_runs_its_slice_only():
 
 def test_the_quick_plan_holds_the_pretrained_slice_and_the_full_plan_every_model():
     from harness.catalogue.zoo import SPECS
-    from harness.run.settings import PLANS
+    from harness.run.settings import preset
 
-    quick = PLANS["quick"]
+    quick = preset("quick")
     assert {"pretrained", "pretrained_wrapped"} <= set(quick["loads"])
     assert "qwenimage/ring2/_native_flash/fp32/tensor" in quick["load_cases"]
     assert "flux/tp2/native/fp32/train" in quick["load_cases"]
-    assert {glob.split("/")[0] for glob in PLANS["full"]["load_cases"]} == set(SPECS)
+    assert {glob.split("/")[0] for glob in preset("full")["load_cases"]} == set(SPECS)
 
 
 def test_a_guarded_combination_runs_to_be_refused_without_check_refusals():
