@@ -1,4 +1,4 @@
-"""Compile time of a compiled case with Inductor's cache cold and warm (issue 25): the same `harness run` twice with
+"""Compile time of a compiled case with Inductor's cache cold and warm: the same `harness run` twice with
 one `--compile-cache` folder, empty the first time; each run's wall, its `compile` phase (rank 0's first, compiling
 call of every case), the measured case seconds and the case's status. Usage:
 

@@ -4,9 +4,9 @@ evidence item (without the known issue that excused it) and every figure. Timing
 
     python benchmarks/results_diff.py BEFORE/results.json AFTER/results.json
 
-Prints what was compared and every difference; exits 1 when any case differs in status, reason or a figure. Files of
-before issue 24 (flat figure columns) are not read: their comparison with the typed figures was done then
-(docs/architecture.md).
+Prints what was compared and every difference; exits 1 when any case differs in status, reason or a figure. Files
+from before the kinds owned their figures (flat figure columns) are not read: their comparison with the typed figures
+was done then (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 `context_parallel` shards the model's sequence inputs in place as buffers (rank r keeps chunk r of each), patches
 `F.scaled_dot_product_attention` into PyTorch's ring for the block, and puts the buffers back after it; the output,
 still sharded, is gathered by `context_parallel_unshard`. Load balancing follows the layout (off unless `tcpNlb`):
-torch's own default is on, which non-causal attention cannot use (seed 002's pitfall).
+torch's own default is on, which non-causal attention cannot use (what torchtitan turns off to train Flux with it).
 """
 
 from __future__ import annotations

@@ -4,7 +4,11 @@ Test ids are case ids, e.g. `test_parity[flux/ulysses2/native/fp32/tensor]`; the
 shared matrix run and the outcome of each (a user's project needs only these two functions).
 """
 
+import pytest
+
 from harness.plugin import check_parity, check_reference
+
+pytestmark = pytest.mark.slow  # the quick plan's matrix: torchrun launches, minutes (the fast tier leaves it out)
 
 
 def test_reference(captured_reference):

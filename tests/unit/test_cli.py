@@ -70,6 +70,7 @@ def test_bad_names_are_rejected_before_anything_launches(project, args, message)
     assert not (project / "reports").exists()
 
 
+@pytest.mark.slow  # a full plan's worth of records, or every model captured
 def test_capture_keeps_existing_unless_forced(project, rewrite_meta):
     first = harness("capture", "--models", "qwenimage", cwd=project)
     assert "captured" in first.stdout, first.stderr

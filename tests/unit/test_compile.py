@@ -1,4 +1,4 @@
-"""The mode axis (issue 25): compiled cases planned with their ids, graph breaks counted from the compiler, a
+"""The mode axis: compiled cases planned with their ids, graph breaks counted from the compiler, a
 `--fullgraph` FAIL, and a bug traced into the compiled graph caught while its clean twin passes.
 
 Compiling is what costs (docs/compile.md): the unit tests compile a toy module with `aot_eager`, the cheapest

@@ -1,4 +1,4 @@
-"""The load axis (issue 34): `enable_parallelism` after the reference's weights, or `from_pretrained(folder,
+"""The load axis: `enable_parallelism` after the reference's weights, or `from_pretrained(folder,
 parallel_config=...)` on a sharded checkpoint as diffusers' guide writes it, and the tensor-parallel combinations
 diffusers refuses. Plan, ids and known issues without processes; one torchrun run of 2 ranks for what only a real
 load shows (the shards checked against enable's, the 0.41+ crash, the refusals, the two loader controls)."""

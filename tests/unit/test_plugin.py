@@ -85,3 +85,19 @@ def test_a_failing_train_case_is_its_failure_with_the_command_that_reruns_it(pyt
                               "(limit 0.001): the ranks disagree on *",
                               "*rerun alone: harness run --models flux --shapes default --layouts tp2 --backends "
                               "native --dtypes fp32 --kinds train"])
+
+
+def test_pytest_help_in_the_environment_imports_no_torch(tmp_path):
+    """The plugin is registered in every pytest session of the environment: reading its options (`pytest --help`)
+    must not import torch or diffusers (seconds, and a CUDA initialisation on a GPU machine)."""
+    import subprocess
+    import sys
+
+    probe = ("import contextlib, io, sys, pytest\n"
+             "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+             "    pytest.main(['--help', '-p', 'no:cacheprovider'])\n"
+             "assert '--harness-layouts' in out.getvalue(), 'the plugin did not register its options'\n"
+             "print(sorted(name for name in ('torch', 'diffusers') if name in sys.modules))\n")
+    ran = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "[]", ran.stdout

@@ -325,6 +325,7 @@ def _bench():
     return module
 
 
+@pytest.mark.slow  # a full plan's worth of records, or every model captured
 def test_full_plan_page_stays_small(tmp_path):
     """The synthetic full plan of benchmarks/bench_report.py (22,800 cases, ~17,000 SKIP, ~3,700 XFAIL, failed
     checks, blocks, tracebacks): index.html within 3 MB, no SKIP or XFAIL case with a row of its own in the HTML,
@@ -382,6 +383,7 @@ def test_compare_runs_writes_the_page(tmp_path):
     assert (new / "index.html").stat().st_mtime_ns == index_stamp
 
 
+@pytest.mark.slow  # a full plan's worth of records, or every model captured
 def test_compare_of_full_plans_stays_small(tmp_path):
     """Thousands of changed cases (every SKIP of the full plan now PASS) are a count and patterns, not rows."""
     bench = _bench()
