@@ -57,6 +57,7 @@ def render_page(header: RunHeader, cases: list[CaseResult]) -> str:
     body = "".join([
         f"<header><h1>Parity report</h1><p class=\"sub\">{_run_line(header, cases)}</p>{_environment_line(header)}"
         f"{_time(header)}{_nav()}</header>",
+        _incomplete_banner(header),
         _mismatch_banner(header),
         _purpose_banner(header),
         _counts(counts),
@@ -118,6 +119,15 @@ def _time(header: RunHeader) -> str:
     return (f'<details class="settings"><summary>{escape(summary)}</summary><table class="env">{rows}</table>'
             "<p class=\"muted\">floor: launch start-ups plus the cases' own time (each case's run carries the proof's "
             "recording); the reports are written after this page is (results.json has their time)</p></details>")
+
+
+def _incomplete_banner(header: RunHeader) -> str:
+    """A run that stopped before its end: what is here is what finished, and the rest is ERROR "not run"."""
+    text = str(header.incomplete or "").strip()
+    if not text:
+        return ""
+    return (f'<div class="banner" role="alert">\u26a0 Incomplete run: {escape(text)}. The finished cases are below; '
+            "the others are ERROR &ldquo;not run&rdquo;, and <code>harness run --resume</code> runs them.</div>")
 
 
 def _mismatch_banner(header: RunHeader) -> str:

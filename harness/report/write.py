@@ -18,6 +18,9 @@ def write_reports(report_dir: Path, results: list[CaseResult], header: dict) -> 
     typed = RunHeader.from_dict(header)
     env = typed.environment
     lines = [f"diffusers {env.get('diffusers')}, torch {env.get('torch')}, {env.get('device')}", ""]
+    if typed.incomplete:
+        lines += [f"> **Incomplete run**: {typed.incomplete}; the cases not run are ERROR, `harness run --resume` "
+                  "runs them", ""]
     if typed.version_mismatch:
         lines += [f"> {typed.version_mismatch}", ""]
     text = matrix.markdown(results, lines)

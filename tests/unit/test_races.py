@@ -271,7 +271,8 @@ def test_an_internal_error_at_a_poll_point_hands_over_reports_and_a_resumable_ru
     assert finished and all(r.status is Status.PASS for r in finished), [(r.case_id, r.reason) for r in results]
     assert stopped.value.unfinished and all(r.status is Status.ERROR and "--resume" in r.reason
                                             for r in results if r.case_id in stopped.value.unfinished)
-    assert (report_dir / "index.html").exists()
+    assert "Incomplete run: the harness stopped at an internal error" in (report_dir / "index.html").read_text()
+    assert "**Incomplete run**" in (report_dir / "matrix.md").read_text()
     assert "RuntimeError: injected" in (report_dir / "work" / handover.TRACEBACK_FILE).read_text()
     fingerprint = json.loads((report_dir / partial.PARTIAL).read_text().splitlines()[0])["fingerprint"]
     kept = partial.resume(report_dir, asked=True, fingerprint=fingerprint)
