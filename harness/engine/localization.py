@@ -84,12 +84,11 @@ def _layout_trace(context: RankContext, case: Case, reference, world_size: int, 
 
 
 def _from_compiling(eager_line: str, under: ModuleTrace, how: str | None) -> str:
-    """A compiled case whose eager trace diverges nowhere: the divergence comes from compiling, and where."""
-    said = f"the divergence comes from compiling (eager: {eager_line.removeprefix('none: ')})"
-    if under.line is not None:
-        return f"{said}; {how}: {under.line}"
-    return (f"{said}, not narrowed: {how}, every module is within its limit there too (what compiling breaks "
-            "shows only when the whole model is compiled: fusion across modules)")
+    """A compiled case whose eager trace diverges nowhere: where its compiled trace does (the divergence comes from
+    compiling), or that it does not either (still "none": whether that is a failure is the case's to say)."""
+    if under.line is None:
+        return f"{eager_line}; {how}: every module within its limit there too"
+    return f"the divergence comes from compiling (eager: {eager_line.removeprefix('none: ')}); {how}: {under.line}"
 
 
 def _trace(built, scale: float) -> tuple[list, list | None, str | None]:

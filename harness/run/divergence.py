@@ -9,6 +9,7 @@ something no module's output or gradient shows (a parameter's own gradient). Say
 from __future__ import annotations
 
 from harness.core import figures
+from harness.core.modes import EAGER
 from harness.core.records import Localization
 from harness.core.results import CaseResult
 
@@ -26,6 +27,9 @@ def first_divergence(result: CaseResult, found: Localization) -> str:
         return (f"none between the layout and one device, and the single-device {result.dtype} run is off the "
                 f"reference as far ({single['label']} {figures.written(single)} > {single['limit']:.3g}): the "
                 f"model, the backend or the compiler changed, not the parallelism; {REFERENCE_HOLDS}")
+    if result.mode != EAGER:
+        return (f"the divergence comes from compiling, not narrowed: {line.removeprefix('none: ')}; what compiling "
+                "breaks shows only with the whole model compiled (fusion across modules)")
     failed = result.evidence[0]
     return (f"not localized: {line.removeprefix('none: ').removeprefix('none ')}, yet the case fails "
             f"({failed['text']}): what failed is no module's output or gradient (a parameter's own gradient, or "
