@@ -190,3 +190,18 @@ def test_a_backward_hook_that_breaks_the_backward_is_found_and_left_out():
     assert left_out == ["5", "13"]
     assert {name for name, _, _ in grads} == {str(index) for index in range(20)} - {"5", "13"}
     assert len(records) == 20 and all(parameter.grad is None for parameter in model.parameters())  # nothing left
+
+
+def test_a_compiled_case_that_fails_where_eager_and_regional_compile_are_clean_blames_compiling():
+    from dataclasses import replace
+
+    from harness.core.records import Localization
+    from harness.run.divergence import first_divergence
+
+    found = Localization(_none_found(), summary="none: every module within its limit; under compile: each repeated "
+                                                "block (FluxTransformerBlock) compiled, the forward traced: every "
+                                                "module within its limit there too")
+    compiled = replace(_failed_case(1e-7), mode="compile")
+    assert first_divergence(compiled, found).startswith("the divergence comes from compiling, not narrowed: every "
+                                                        "module within its limit; under compile")
+    assert first_divergence(_failed_case(1e-7), found).startswith("not localized")  # eager: not the compiler's
