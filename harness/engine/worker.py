@@ -20,10 +20,12 @@ import torch.distributed as dist
 from harness.core import determinism, events
 from harness.core.errors import traceback_text
 from harness.core.records import NODE_ENV, STACKS_SIGNAL, Case, CaseRecord, GroupSpec
+from harness.engine import tracer as tracing
 from harness.engine.baselines import Baselines
 from harness.engine.casework import measure, run_case
 from harness.engine.context import RankContext
 from harness.engine.localization import localize_case
+from harness.engine.tracer import Tracer
 from harness.kinds import kind_of
 from harness.rank import backends, cpu
 
@@ -31,8 +33,8 @@ from harness.rank import backends, cpu
 class Worker:
     """One rank's loop over its group's cases and the events that tell the launcher what happened."""
 
-    def __init__(self, group: GroupSpec, rank: int, world_size: int):
-        self.group, self.rank, self.world_size = group, rank, world_size
+    def __init__(self, group: GroupSpec, rank: int, world_size: int, tracer: Tracer | None = None):
+        self.group, self.rank, self.world_size, self.tracer = group, rank, world_size, tracer
         local_rank = int(os.environ.get("LOCAL_RANK", rank))  # the device on this node, whatever the node
         device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}") if torch.cuda.is_available() \
             else torch.device("cpu")
@@ -77,6 +79,8 @@ class Worker:
                 record.phases = {name: round(value, 4) for name, value in self.work.phases.items()}
                 self.report(record)
             del output
+            if self.tracer is not None:
+                self.tracer.after_case()
 
     def localize(self, case: Case) -> None:
         """Where the case breaks (harness.rank.localize); its time is its own, not the case's."""
@@ -174,13 +178,15 @@ def main(argv: list[str] | None = None) -> int:
         with open(Path(group.workdir) / f"rank{rank}.jsonl", "a") as written:
             written.write(events.to_line(event) + "\n")
 
+    tracer = None
     try:
+        tracer = tracing.start(group)  # before the shims below import diffusers
         determinism.quiet_diffusers()
         determinism.strict_fp32()
         cpu.apply()
         backends.install_dispatch_counters()
         rank, world_size = init_distributed()
-        worker = Worker(group, rank, world_size)
+        worker = Worker(group, rank, world_size, tracer)
         worker.emit(events.Hello(rank, time.time(), os.getpid(), int(os.environ.get(NODE_ENV, 0)),
                                  socket.gethostname()))
     except Exception as error:
@@ -195,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         try:
             dist.destroy_process_group()
+            if tracer is not None:
+                tracer.stop()
         except Exception as error:
             fatal("cleanup", error)
             raise

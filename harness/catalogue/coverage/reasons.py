@@ -1,0 +1,196 @@
+"""Why a statement of diffusers' parallel code never ran in a plan: every one gets a reason, in this order.
+
+1. CUDA-only: the function is reached only through attention backends that do not run on this machine (read from
+   diffusers' registry and the source: which registered backend functions call it, transitively).
+2. Refused by diffusers: the statement is part of a `raise` (its block ends in one): diffusers' own refusal, with its
+   message, that no case of the plan provokes.
+3. Not in this plan: a value of an axis reaches it (`REACH`, below) and the plan did not run that value. Where the
+   plan did run it and the statement still never ran, the rule does not explain it: unknown, saying so.
+4. Unknown: nothing above explains it.
+
+`REACH` names, per function, what reaches it; a rule that matches no function of the installed diffusers is
+harmless (releases differ), and a rule whose axis does not exist yet (the load axis `pretrained`) is never run.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+from dataclasses import dataclass, field
+
+from harness.catalogue.coverage.scope import ModuleScope, _definitions, _functions, _names
+from harness.core.coverage import CUDA_ONLY, NOT_IN_PLAN, REFUSED, UNKNOWN, Gap
+
+
+@dataclass(frozen=True)
+class Reach:
+    """`where` (a glob over `<module key>:<function>`) runs only with the `axis` at a value matching `value`;
+    `example` is the value to name (a layout, a kind), `why` says what that value does there."""
+
+    where: str
+    axis: str
+    value: str
+    example: str
+    why: str = ""
+
+
+ANY_ULYSSES = ("layout", "ulysses*any", "ulysses2any", "Ulysses-anything shards and gathers unevenly")
+ANY_RING = ("layout", "ring*any", "ring2any", "ring-anything")
+PRETRAINED = ("load", "pretrained", "pretrained", "from_pretrained(..., parallel_config=...)")
+REACH = (
+    Reach("hooks/context_parallel.py:PartitionAnythingSharder.*", *ANY_ULYSSES),
+    Reach("hooks/context_parallel.py:AllGatherAnythingFunction.forward", *ANY_ULYSSES),
+    Reach("hooks/context_parallel.py:_all_gather_anything", *ANY_ULYSSES),
+    Reach("hooks/context_parallel.py:_fill_gather_shapes", *ANY_ULYSSES),
+    Reach("models/_modeling_parallel.py:gather_size_by_comm", *ANY_ULYSSES),
+    Reach("models/attention_dispatch.py:TemplatedUlyssesAnythingAttention.forward", *ANY_ULYSSES),
+    Reach("models/attention_dispatch.py:all_to_all_single_any_*", *ANY_ULYSSES),
+    Reach("models/attention_dispatch.py:ulysses_anything_metadata", *ANY_ULYSSES),
+    Reach("models/attention_dispatch.py:_maybe_*pad_*_head", *ANY_ULYSSES),
+    Reach("models/attention_dispatch.py:TemplatedRingAnythingAttention.forward", *ANY_RING),
+    Reach("models/attention_dispatch.py:_templated_unified_attention", "layout", "ring*xulysses*", "ring2xulysses2",
+          "ring and Ulysses together"),
+    Reach("*:*.backward", "kind", "train", "train", "a backward pass"),
+    Reach("models/attention_dispatch.py:*_backward_op", "kind", "train", "train", "a backward pass"),
+    Reach("hooks/context_parallel.py:remove_context_parallel", "kind", "removal", "removal",
+          "enable, run, remove_context_parallel, run"),
+    Reach("models/modeling_utils.py:ModelMixin.from_pretrained", *PRETRAINED),
+    Reach("models/modeling_utils.py:ModelMixin._load_pretrained_model", *PRETRAINED),
+    Reach("models/modeling_utils.py:ModelMixin.save_pretrained", *PRETRAINED),
+    Reach("hooks/tensor_parallel.py:_hooks_only_styles", *PRETRAINED),
+    Reach("hooks/tensor_parallel.py:_check_tp_weights_format", *PRETRAINED),
+    Reach("hooks/tensor_parallel.py:apply_tensor_parallel", *PRETRAINED),
+)
+
+
+@dataclass
+class Facts:
+    """What the plan ran and what this machine has, for the reasons: each axis's values that ran (a case that was
+    not SKIP), and each attention backend that does not run here with why (diffusers' registry names)."""
+
+    ran: dict[str, set[str]] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    backends: dict[str, str] = field(default_factory=dict)  # registered backend name -> its function's name
+
+
+def classify(module: ModuleScope, function: str, missing: list[int], facts: Facts) -> list[Gap]:
+    """The gaps of one function: its never-executed lines grouped by reason, in line order."""
+    if not missing:
+        return []
+    cuda = _cuda_only(module, function, facts)
+    raising = _raising_lines(module, function)
+    rule = next((r for r in REACH if fnmatch.fnmatchcase(f"{module.key}:{function}", r.where)), None)
+    gaps: list[Gap] = []
+    for line in missing:
+        category, why = _reason(line, cuda, raising, rule, facts)
+        if gaps and gaps[-1].category == category and gaps[-1].why == why:
+            gaps[-1].lines.append(line)
+        else:
+            gaps.append(Gap([line], category, why))
+    return gaps
+
+
+def _reason(line: int, cuda: str | None, raising: dict[int, str], rule: Reach | None,
+            facts: Facts) -> tuple[str, str]:
+    if cuda is not None:
+        return CUDA_ONLY, cuda
+    reach = _reach(rule, facts) if rule is not None else None
+    if line in raising:
+        return REFUSED, raising[line] + (f"; {reach[1]}" if reach else "; no case of this plan provokes it")
+    if reach is not None:
+        return reach
+    return UNKNOWN, "nothing the harness knows reaches it"
+
+
+def _reach(rule: Reach, facts: Facts) -> tuple[str, str]:
+    ran = facts.ran.get(rule.axis)
+    what = f"the {rule.axis} axis `{rule.example}`" if ran is None else f"the {rule.axis} `{rule.example}`"
+    why = f" ({rule.why})" if rule.why else ""
+    hit = sorted(value for value in (ran or ()) if fnmatch.fnmatchcase(value, rule.value))
+    if hit:
+        return UNKNOWN, f"{rule.axis} {', '.join(hit)} ran and did not reach it{why}"
+    return NOT_IN_PLAN, f"{what}{why}" + (" (no such axis in this harness yet)" if ran is None else "")
+
+
+# --- CUDA-only: which backends reach a function ------------------------------------------------------------------
+
+
+def _cuda_only(module: ModuleScope, function: str, facts: Facts) -> str | None:
+    """Why the function runs only on backends this machine lacks, or None (some backend that runs here reaches it,
+    or none does)."""
+    reaching = backends_reaching(module, facts.backends).get(function.partition(".")[0], set())
+    if not reaching or any(name not in facts.unavailable for name in reaching):
+        return None
+    names = sorted(reaching)
+    shown = ", ".join(f"`{name}`" for name in names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return f"only the backend(s) {shown} reach it; not on this machine ({facts.unavailable[names[0]]})"
+
+
+def backends_reaching(module: ModuleScope, backends: dict[str, str]) -> dict[str, set[str]]:
+    """For each module-level function or class of `module`: the registered backends whose function calls it,
+    directly or through other functions of the module (a backend's own function is reached by that backend)."""
+    if module.tree is None or not backends:
+        return {}
+    defs = _definitions(module.tree)
+    reached: dict[str, set[str]] = {}
+    for backend, name in backends.items():
+        if name not in defs:
+            continue
+        seen, todo = {name}, [name]
+        while todo:
+            node = defs[todo.pop()]
+            for called in _names(node) & set(defs) - seen:
+                seen.add(called)
+                todo.append(called)
+        for found in seen:
+            reached.setdefault(found, set()).add(backend)
+    return reached
+
+
+# --- refusals: the statements of a raise ---------------------------------------------------------------------------
+
+
+def _raising_lines(module: ModuleScope, function: str) -> dict[int, str]:
+    """Each line of the function that belongs to a block ending in a `raise`, with diffusers' refusal in words."""
+    node = dict(_functions(module.tree)).get(function) if module.tree is not None else None
+    found: dict[int, str] = {}
+    if node is None:
+        return found
+    for block in _blocks(node):
+        if block and isinstance(block[-1], ast.Raise):
+            text = refusal_text(block[-1])
+            for stmt in block:
+                for child in ast.walk(stmt):
+                    if isinstance(child, ast.stmt):
+                        found.setdefault(child.lineno, text)
+    return found
+
+
+def _blocks(node: ast.AST):
+    for child in ast.walk(node):
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(child, name, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                yield block
+        for handler in getattr(child, "handlers", []):
+            yield handler.body
+
+
+def refusal_text(node: ast.Raise) -> str:
+    """`ValueError: "message"`, the message's literal parts kept and each formatted value shown as `{...}`."""
+    exc = node.exc
+    if isinstance(exc, ast.Call):
+        name = ast.unparse(exc.func)
+        message = _literal(exc.args[0]) if exc.args else ""
+        return f"{name}: \"{message}\"" if message else name
+    return ast.unparse(exc) if exc is not None else "re-raise"
+
+
+def _literal(node: ast.AST) -> str:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(part.value if isinstance(part, ast.Constant) else "{...}" for part in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _literal(node.left) + _literal(node.right)
+    return "{...}"
