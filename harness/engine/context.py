@@ -33,7 +33,7 @@ class RankContext:
     def reference(self, case: Case) -> Reference:
         key = (case.model, case.shape, case.kind, case.weights_dir)
         if key not in self.references:
-            path = reference_path(self.root, case.model, case.shape, case.kind)
+            path = reference_path(self.root, case.model, case.shape, kind_of(case.kind).reference_kind)
             with self.phase("reference loading"):
                 self.references[key] = read_reference(path, kind_of(case.kind).reference_hash(case))
         return self.references[key]

@@ -89,6 +89,12 @@ class Kind:
     cost_s: float = 0.4  # rough seconds of one case on one rank, to balance the parts of `--shard K/N`
     torch_context_parallel: bool = False  # whether its cases run under PyTorch's context parallelism (tcp layouts)
     compiles: bool = True  # its module runs under torch.compile's modes (harness.core.modes); False: SKIP there
+    references: str = ""  # the kind whose reference files its cases read ("": its own)
+
+    @property
+    def reference_kind(self) -> str:
+        """The kind named in the paths of its cases' references (harness.core.reference.reference_path)."""
+        return self.references or self.name
 
     def all_options(self) -> list[Option]:
         """Its options and its limits table, owned by it (their flat keys `<kind>_<name>`)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
@@ -115,11 +116,15 @@ def mode_skip(case: Case, model_class) -> str | None:
 
 
 def predicted_refusal(case: Case) -> Refusal | None:
-    """What diffusers is expected to refuse, known before launch: a backend its registry does not list as
-    context-parallel capable, or a sequence (or head count) that plain ring/Ulysses cannot split evenly."""
+    """What diffusers is expected to refuse, known before launch: a context-parallel config its validation refuses,
+    a backend its registry does not list as context-parallel capable, or a sequence (or head count) that plain
+    ring/Ulysses cannot split evenly."""
     layout = case.layout
     if not layout.is_context_parallel:
         return None
+    refused = config_refusal(layout)
+    if refused is not None:
+        return refused
     if not backend_info.supports_context_parallel(case.backend):
         return Refusal(f"diffusers does not register backend {case.backend!r} as context-parallel capable",
                        ("does not support context parallelism",))
@@ -141,6 +146,21 @@ def predicted_refusal(case: Case) -> Refusal | None:
         return None
     return Refusal("; ".join(reasons) + " (plain ring/Ulysses split evenly; the *any layouts do not need it)",
                    tuple(texts))
+
+
+@functools.cache
+def config_refusal(layout: Layout) -> Refusal | None:
+    """The installed diffusers' own refusal of a context-parallel layout's config (`ContextParallelConfig`'s
+    validation, asked without a process group), or None when it accepts it. Tensor-parallel combinations are left to
+    `enable_parallelism` (their refusal is a known issue of the releases that refuse them)."""
+    if layout.tp > 1 or layout.is_torch_context_parallel:
+        return None
+    try:
+        layout.diffusers_config()
+    except (ValueError, NotImplementedError) as error:
+        message = backend_info.first_line(error)
+        return Refusal(f"diffusers' ContextParallelConfig refuses {layout.name}: {message}", (message,))
+    return None
 
 
 def check_weights(folder: str | None) -> None:

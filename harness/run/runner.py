@@ -17,6 +17,7 @@ from harness.core.modes import EAGER, MODES
 from harness.core.records import GroupSpec, Localization, Outcome
 from harness.core.reference import reference_path
 from harness.core.results import CaseResult, Status, write_results
+from harness.kinds import kind_of
 from harness.report import matrix
 from harness.report.images import prune_images
 from harness.report.write import write_reports
@@ -309,8 +310,8 @@ def _shared(nnodes: int, workdir: Path):
 def _auto_timeout(cases, root: Path) -> float:
     """300 s, plus 60 s per GB of the largest reference's weights: a wide margin, since a hang is found by the
     stall detection (harness.run.launch) long before; this bound is for a group that spins without progress."""
-    sizes = [reference_path(root, c.model, c.shape, c.kind).stat().st_size for c in cases
-             if reference_path(root, c.model, c.shape, c.kind).exists()]
+    paths = [reference_path(root, c.model, c.shape, kind_of(c.kind).reference_kind) for c in cases]
+    sizes = [path.stat().st_size for path in paths if path.exists()]
     return 300.0 + 60.0 * max(sizes, default=0) / 2**30
 
 
