@@ -2,9 +2,9 @@
 parallel code the run executed, read from results.json's header through its typed record (harness.core.coverage).
 
 A table with one row per module (statements measured, executed, and those never executed by reason), then each
-module's functions that left statements unexecuted, the functions with an unknown gap first: each function and each
-gap links to its lines in diffusers' source at the installed release. Nothing is drawn by the page script: the
-section is plain HTML (and its own small stylesheet), so it reads the same with JavaScript off.
+module's functions that left statements unexecuted, the functions with an unknown gap first, each reason with the
+lines it holds: each function links to its lines in diffusers' source at the installed release. Nothing is drawn by
+the page script: the section is plain HTML (and its own small stylesheet), so it reads the same with JavaScript off.
 """
 
 from __future__ import annotations
@@ -12,9 +12,19 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from harness.core.coverage import CATEGORIES, UNKNOWN, CoverageReport, FunctionCoverage, ModuleCoverage, percent, read
+from harness.core.coverage import (
+    CATEGORIES,
+    CUDA_ONLY,
+    UNKNOWN,
+    CoverageReport,
+    FunctionCoverage,
+    ModuleCoverage,
+    percent,
+    read,
+)
 
 ANCHOR = "coverage"
+WHY_CHARS = 160  # a reason longer than this is cut on the page (results.json holds it whole)
 # The section's own look, scoped to it (the page's stylesheet knows nothing of it).
 STYLE = ("#coverage table.cases td.n{text-align:right}"
          "#coverage .gap{display:inline-block;padding:0 5px;border-radius:3px;font-size:11.5px;white-space:nowrap}"
@@ -62,31 +72,41 @@ def _row(module: ModuleCoverage) -> str:
 
 
 def _module_gaps(module: ModuleCoverage) -> str:
-    """The module's functions that left statements unexecuted, unknown gaps first, then by how much never ran."""
+    """The module's functions that left statements unexecuted: those with an unknown gap first, then by how much
+    never ran; the functions only a missing backend or device reaches in one line at the end."""
     functions = [f for f in module.functions if f.gaps]
     if not functions:
         return ""
-    functions.sort(key=lambda f: (not any(gap.category == UNKNOWN for gap in f.gaps), -len(f.missing), f.first))
-    items = "".join(_function(module, f) for f in functions)
+    cuda = [f for f in functions if all(gap.category == CUDA_ONLY for gap in f.gaps)]
+    rest = sorted((f for f in functions if f not in cuda),
+                  key=lambda f: (not any(gap.category == UNKNOWN for gap in f.gaps), -len(f.missing), f.first))
+    items = "".join(_function(module, f) for f in rest)
+    if cuda:
+        names = ", ".join(f'{_link(_lines(module.source, f.first, f.last), escape(f.name), f.gaps[0].why)} '
+                          f"({len(f.missing)})" for f in cuda)
+        items += f'<p class="cuda"><span class="gap g-other">{escape(CUDA_ONLY)}</span> {names}</p>'
     return (f'<details class="module" data-module="{escape(module.key)}"><summary><code>{escape(module.key)}</code>: '
             f"{len(functions)} function{'' if len(functions) == 1 else 's'} with statements never executed</summary>"
             f"{items}</details>")
 
 
 def _function(module: ModuleCoverage, function: FunctionCoverage) -> str:
+    """The function linked to its lines, then each reason once with the lines it holds (L12, L15-L18)."""
     head = _link(_lines(module.source, function.first, function.last), f"<code>{escape(function.name)}</code>")
-    gaps = "".join(
-        f'<li><span class="gap {"g-unknown" if gap.category == UNKNOWN else "g-other"}">{escape(gap.category)}'
-        f"</span> {_link(_lines(module.source, *gap.span), _span(gap.span, len(gap.lines)))}: {escape(gap.why)}</li>"
-        for gap in function.gaps)
+    reasons: dict[tuple[str, str], list[str]] = {}
+    for gap in function.gaps:
+        first, last = gap.span
+        reasons.setdefault((gap.category, gap.why), []).append(f"L{first}" + (f"-{last}" if last != first else ""))
+    gaps = "".join(f'<li><span class="gap {"g-unknown" if category == UNKNOWN else "g-other"}">{escape(category)}'
+                   f"</span> {', '.join(spans)}: {escape(_short(why))}</li>"
+                   for (category, why), spans in reasons.items())
     return (f'<div class="function" data-function="{escape(function.name)}">{head} '
             f'<span class="muted">{len(function.executed)} of {len(function.statements)} executed</span>'
             f'<ul class="gaps">{gaps}</ul></div>')
 
 
-def _span(span: tuple[int, int], count: int) -> str:
-    where = f"line {span[0]}" if span[0] == span[1] else f"lines {span[0]}-{span[1]}"
-    return f"{where} ({count} statement{'' if count == 1 else 's'})" if span[0] != span[1] else where
+def _short(text: str) -> str:
+    return text if len(text) <= WHY_CHARS else text[: WHY_CHARS - 3] + "..."
 
 
 def _lines(source: str, first: int, last: int) -> str:
@@ -95,5 +115,6 @@ def _lines(source: str, first: int, last: int) -> str:
     return f"{source}#L{first}" + (f"-L{last}" if last != first else "")
 
 
-def _link(url: str, text: str) -> str:
-    return f'<a href="{escape(url)}" rel="noopener">{text}</a>' if url else text
+def _link(url: str, text: str, title: str = "") -> str:
+    hover = f' title="{escape(title)}"' if title else ""
+    return f'<a href="{escape(url)}"{hover}>{text}</a>' if url else text

@@ -213,14 +213,14 @@ def test_the_record_reads_back_whole_and_says_one_line():
     assert read({}) is None
 
 
-def test_the_views_carry_the_summary_and_link_every_gap_to_its_lines(tmp_path):
+def test_the_views_carry_the_summary_and_link_every_function_to_its_lines(tmp_path):
     from harness.report.coverage import coverage_section
     from harness.report.write import write_reports
 
     header = {"environment": {"torch": "2.13", "diffusers": "0.42.1", "device": "cpu"},
               "coverage": report_of([11]).to_dict()}
     section = coverage_section(header)
-    assert 'href="https://example.test/cp.py#L12"' in section and 'href="https://example.test/cp.py#L10-L20"' in section
+    assert 'href="https://example.test/cp.py#L10-L20"' in section and "L12: the layout `ulysses2any`" in section
     assert "no such module" in section and "33.3 %" in section
     assert coverage_section({}) == ""
     write_reports(tmp_path, [], header)

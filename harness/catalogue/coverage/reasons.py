@@ -123,7 +123,8 @@ def _cuda_only(module: ModuleScope, function: str, facts: Facts) -> str | None:
         return None
     names = sorted(reaching)
     shown = ", ".join(f"`{name}`" for name in names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-    return f"only the backend(s) {shown} reach it; not on this machine ({facts.unavailable[names[0]]})"
+    first = facts.unavailable[names[0]]
+    return f"only {shown} reach it, none runs here (`{names[0]}`: {first[:80]}{'...' if len(first) > 80 else ''})"
 
 
 def backends_reaching(module: ModuleScope, backends: dict[str, str]) -> dict[str, set[str]]:
