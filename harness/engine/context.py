@@ -51,7 +51,7 @@ class RankContext:
     def apply_layout(self, case: Case, built) -> None:
         """diffusers' own `enable_parallelism`, then what the kind adds on the mesh (the data-parallel engine).
         PyTorch's context parallelism is not applied here: it wraps the run (`torch_context_parallel`)."""
-        mesh = self.mesh(case.layout)
+        mesh = None if built.own_mesh else self.mesh(case.layout)
         config = case.layout.diffusers_config(mesh)
         if config is not None:
             built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)

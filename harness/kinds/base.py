@@ -44,6 +44,9 @@ class Built:
     # the output is whole on every rank already, e.g. a train case's losses and gathered gradients)
     torch_cp_buffers: Callable[[], dict] | None = None
     torch_cp_output_dim: int | None = None
+    # diffusers builds the device mesh itself (no `mesh=`), as `enable_parallelism(config=ContextParallelConfig(...))`
+    # in a user's script does; otherwise the launch's mesh, built once, is passed
+    own_mesh: bool = False
 
     def run_recorded(self, recording) -> Any:
         """`run` once, with `recording` (harness.rank.recorder) around the part the proof covers."""

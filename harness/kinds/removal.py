@@ -1,7 +1,7 @@
 """The `removal` kind: diffusers' context parallelism enabled, the model run, the parallelism removed again with
 diffusers' `remove_context_parallel`, the model run again. The second run must be the single-device run of the same
 model, dtype and backend, bit for bit, and must communicate nothing: a model handed back to one device must not
-keep a trace of the layout it ran under.
+keep a trace of the layout it ran under. As in a user's script, diffusers builds the device mesh itself (no `mesh=`).
 
 Its cases read the tensor kind's references (the same forward); the run under the layout is the tensor kind's
 concern and is not judged here (its proof, the backends and collectives of that run, is). The single-device
@@ -81,7 +81,7 @@ class RemovalKind(TensorKind):
             count = sum(row[0] for per_module in after.recorded().values() for row in per_module.values())
             return {"layout": first, "removed": removed, "collectives": count}
 
-        return Built(model, run, cp_plan=built.cp_plan, recorded=run)
+        return Built(model, run, cp_plan=built.cp_plan, recorded=run, own_mesh=True)
 
     def remove(self, model, plan: dict) -> None:
         """What hands the model back to one device: diffusers' own `remove_context_parallel`."""

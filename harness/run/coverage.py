@@ -80,14 +80,21 @@ def _module(found: scope.ModuleScope, data, facts: reasons.Facts, combined, ref:
 
 
 def plan_facts(results: list[CaseResult]) -> reasons.Facts:
-    """Each axis's values that ran, and the attention backends that do not run on this machine."""
-    from harness.rank import backends
+    """The axis values of every case that ran, the attention backends that do not run on this machine, and the
+    functions of diffusers the CPU shims stand in for here."""
+    from harness.rank import backends, cpu
 
-    ran = {name: {str(getattr(result, name)) for result in results if result.status is not Status.SKIP}
-           for name in axes.NAMES}
+    cases = [{name: str(getattr(result, name)) for name in axes.NAMES} for result in results
+             if result.status is not Status.SKIP]
     names = {getattr(key, "value", str(key)): inspect.unwrap(function).__name__
              for key, function in backends.registry()._backends.items()}
-    return reasons.Facts(ran, {name: reason for name in names if (reason := _unavailable(name))}, names)
+    replaced = {f"{_key(module)}:{name}": why for (module, name), why in cpu.replaced().items()}
+    return reasons.Facts(cases, {name: reason for name in names if (reason := _unavailable(name))}, names, replaced,
+                         axes.NAMES)
+
+
+def _key(module: str) -> str:
+    return module.removeprefix("diffusers.").replace(".", "/") + ".py"
 
 
 def _unavailable(name: str) -> str | None:

@@ -123,17 +123,21 @@ def module_scope(key: str = "models/attention_dispatch.py") -> scope.ModuleScope
     return scope.ModuleScope(scope.PARTS[0], key, Path("x.py"), scope.measured(tree, whole=True), tree=tree)
 
 
+def facts(*cases: dict) -> reasons.Facts:
+    return reasons.Facts(cases=list(cases), axes=("model", "layout", "kind"))
+
+
 def test_reasons_refusal_plan_axis_and_unknown():
     module = module_scope()
     raise_line = min(lines_of(SOURCE, "raise ValueError"))
     (gap,) = reasons.classify(module, "refuse", [raise_line], reasons.Facts())
     assert gap.category == REFUSED and "ValueError: \"`ring_degree` must be >= 1, got {...}.\"" in gap.why
     backward = lines_of(SOURCE, "return g")
-    (gap,) = reasons.classify(module, "Ring.backward", sorted(backward), reasons.Facts(ran={"kind": {"tensor"}}))
+    (gap,) = reasons.classify(module, "Ring.backward", sorted(backward), facts({"kind": "tensor"}))
     assert (gap.category, gap.why) == (NOT_IN_PLAN, "the kind `train` (a backward pass)")
     # the plan ran training and the line still never ran: the rule does not explain it
-    (gap,) = reasons.classify(module, "Ring.backward", sorted(backward), reasons.Facts(ran={"kind": {"train"}}))
-    assert gap.category == UNKNOWN and "train ran and did not reach it" in gap.why
+    (gap,) = reasons.classify(module, "Ring.backward", sorted(backward), facts({"kind": "train"}))
+    assert gap.category == UNKNOWN and "(a backward pass) ran and did not reach it" in gap.why
     (gap,) = reasons.classify(module, "_unrelated", sorted(lines_of(SOURCE, "return x * 2")), reasons.Facts())
     assert gap.category == UNKNOWN
 
@@ -142,14 +146,34 @@ def test_an_axis_the_harness_lacks_is_named_as_such():
     module = module_scope("models/modeling_utils.py")
     (gap,) = reasons.classify(scope.ModuleScope(module.part, module.key, module.path, module.functions,
                                                 tree=module.tree), "ModelMixin.from_pretrained", [7],
-                              reasons.Facts(ran={"kind": {"tensor"}}))
+                              facts({"kind": "tensor"}))
     assert gap.category == NOT_IN_PLAN and gap.why.startswith("the load axis `pretrained`")
+    assert gap.why.endswith("(no such axis in this harness yet)")
+
+
+def test_a_rule_needs_every_axis_value_it_names_and_may_hold_only_an_ifs_branch():
+    """A rule over two axes is run only by a case with both values; `inside` takes only the statements under an
+    `if` that tests that name; a rule with no axis says what no case does."""
+    module = module_scope()
+    rules = (reasons.Reach("*:dispatch", "a masked ring", (("layout", "ring*"), ("model", "qwen*")), inside="q"),
+             reasons.Reach("*:dispatch", "nothing does this"))
+    out = sorted(lines_of(SOURCE, "out = q * 1", "out = _helper(q)"))  # under `if _parallel_config ...`, not `q`
+    apart = facts({"layout": "ring2", "model": "flux"}, {"layout": "ulysses2", "model": "qwenimage"})
+    assert {gap.why for gap in reasons.classify(module, "dispatch", out, apart, rules)} == {"nothing does this"}
+    rules = (reasons.Reach("*:dispatch", "a masked ring", (("layout", "ring*"), ("model", "qwen*"))),)
+    (gap,) = reasons.classify(module, "dispatch", out, apart, rules)
+    assert (gap.category, gap.why) == (NOT_IN_PLAN, "a masked ring")
+    (gap,) = reasons.classify(module, "dispatch", out, facts({"layout": "ring2", "model": "qwenimage"}), rules)
+    assert gap.category == UNKNOWN
 
 
 def test_cuda_only_when_every_backend_that_reaches_it_is_missing_here():
     module = module_scope()
     helper = sorted(lines_of(SOURCE, "y = x + 1"))
     reaching = {"flash": "dispatch"}  # the backend `flash` is the function `dispatch`, which calls _helper
+    replaced = reasons.Facts(replaced={"models/attention_dispatch.py:_helper": "the harness's shim runs instead"})
+    (gap,) = reasons.classify(module, "_helper", helper, replaced)
+    assert (gap.category, gap.why) == (CUDA_ONLY, "the harness's shim runs instead")
     (gap,) = reasons.classify(module, "_helper", helper,
                               reasons.Facts(unavailable={"flash": "needs CUDA"}, backends=reaching))
     assert gap.category == CUDA_ONLY and "`flash`" in gap.why and "needs CUDA" in gap.why

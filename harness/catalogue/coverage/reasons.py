@@ -1,11 +1,13 @@
 """Why a statement of diffusers' parallel code never ran in a plan: every one gets a reason, in this order.
 
 1. CUDA-only: the function is reached only through attention backends that do not run on this machine (read from
-   diffusers' registry and the source: which registered backend functions call it, transitively).
+   diffusers' registry and the source: which registered backend functions call it, transitively), or on this
+   machine the harness's CPU shims stand in for it (its op has no CPU kernel).
 2. Refused by diffusers: the statement is part of a `raise` (its block ends in one): diffusers' own refusal, with its
    message, that no case of the plan provokes.
-3. Not in this plan: a value of an axis reaches it (`REACH`, below) and the plan did not run that value. Where the
-   plan did run it and the statement still never ran, the rule does not explain it: unknown, saying so.
+3. Not in this plan: a value of an axis reaches it (`REACH`, below) and the plan did not run that value, or it is
+   something no case of the harness does (said in words). Where the plan did run that value and the statement still
+   never ran, the rule does not explain it: unknown, saying so.
 4. Unknown: nothing above explains it.
 
 `REACH` names, per function, what reaches it; a rule that matches no function of the installed diffusers is
@@ -24,19 +26,22 @@ from harness.core.coverage import CUDA_ONLY, NOT_IN_PLAN, REFUSED, UNKNOWN, Gap
 
 @dataclass(frozen=True)
 class Reach:
-    """`where` (a glob over `<module key>:<function>`) runs only with the `axis` at a value matching `value`;
-    `example` is the value to name (a layout, a kind), `why` says what that value does there."""
+    """What runs the statements of `where` (a glob over `<module key>:<function>`), in words (`what`): a case whose
+    axis values match each (axis, glob) of `when`; with no `when`, something no case of the harness does. `inside`:
+    only the statements under an `if` that tests this name (its true branch)."""
 
     where: str
-    axis: str
-    value: str
-    example: str
-    why: str = ""
+    what: str
+    when: tuple[tuple[str, str], ...] = ()
+    inside: str = ""
 
 
-ANY_ULYSSES = ("layout", "ulysses*any", "ulysses2any", "Ulysses-anything shards and gathers unevenly")
-ANY_RING = ("layout", "ring*any", "ring2any", "ring-anything")
-PRETRAINED = ("load", "pretrained", "pretrained", "from_pretrained(..., parallel_config=...)")
+ANY_ULYSSES = ("the layout `ulysses2any` (Ulysses-anything shards and gathers unevenly)", (("layout", "ulysses*any"),))
+ANY_RING = ("the layout `ring2any` (ring-anything)", (("layout", "ring*any"),))
+UNIFIED = ("the layout `ring2xulysses2` (ring and Ulysses together)", (("layout", "ring*xulysses*"),))
+TRAIN = ("the kind `train` (a backward pass)", (("kind", "train"),))
+PRETRAINED = ("the load axis `pretrained` (from_pretrained(..., parallel_config=...))", (("load", "pretrained"),))
+REMOVAL = ("the kind `removal` (enable, run, remove_context_parallel, run)", (("kind", "removal"),))
 REACH = (
     Reach("hooks/context_parallel.py:PartitionAnythingSharder.*", *ANY_ULYSSES),
     Reach("hooks/context_parallel.py:AllGatherAnythingFunction.forward", *ANY_ULYSSES),
@@ -48,12 +53,10 @@ REACH = (
     Reach("models/attention_dispatch.py:ulysses_anything_metadata", *ANY_ULYSSES),
     Reach("models/attention_dispatch.py:_maybe_*pad_*_head", *ANY_ULYSSES),
     Reach("models/attention_dispatch.py:TemplatedRingAnythingAttention.forward", *ANY_RING),
-    Reach("models/attention_dispatch.py:_templated_unified_attention", "layout", "ring*xulysses*", "ring2xulysses2",
-          "ring and Ulysses together"),
-    Reach("*:*.backward", "kind", "train", "train", "a backward pass"),
-    Reach("models/attention_dispatch.py:*_backward_op", "kind", "train", "train", "a backward pass"),
-    Reach("hooks/context_parallel.py:remove_context_parallel", "kind", "removal", "removal",
-          "enable, run, remove_context_parallel, run"),
+    Reach("models/attention_dispatch.py:_templated_unified_attention", *UNIFIED),
+    Reach("*:*.backward", *TRAIN),
+    Reach("models/attention_dispatch.py:*_backward_op", *TRAIN),
+    Reach("hooks/context_parallel.py:remove_context_parallel", *REMOVAL),
     Reach("models/modeling_utils.py:ModelMixin.from_pretrained", *PRETRAINED),
     Reach("models/modeling_utils.py:ModelMixin._load_pretrained_model", *PRETRAINED),
     Reach("models/modeling_utils.py:ModelMixin.save_pretrained", *PRETRAINED),
@@ -65,23 +68,28 @@ REACH = (
 
 @dataclass
 class Facts:
-    """What the plan ran and what this machine has, for the reasons: each axis's values that ran (a case that was
-    not SKIP), and each attention backend that does not run here with why (diffusers' registry names)."""
+    """What the plan ran and what this machine has, for the reasons: the axis values of every case that ran (not
+    SKIP), each attention backend that does not run here with why and the function each backend name holds
+    (diffusers' registry names), and the functions the harness's CPU shims stand in for (`<module key>:<name>`)."""
 
-    ran: dict[str, set[str]] = field(default_factory=dict)
+    cases: list[dict[str, str]] = field(default_factory=list)
     unavailable: dict[str, str] = field(default_factory=dict)
-    backends: dict[str, str] = field(default_factory=dict)  # registered backend name -> its function's name
+    backends: dict[str, str] = field(default_factory=dict)
+    replaced: dict[str, str] = field(default_factory=dict)
+    axes: tuple[str, ...] = ()  # the harness's axes (an axis a rule names that is not among them is not here yet)
 
 
-def classify(module: ModuleScope, function: str, missing: list[int], facts: Facts) -> list[Gap]:
+def classify(module: ModuleScope, function: str, missing: list[int], facts: Facts, rules=REACH) -> list[Gap]:
     """The gaps of one function: its never-executed lines grouped by reason, in line order."""
     if not missing:
         return []
-    cuda = _cuda_only(module, function, facts)
-    raising = _raising_lines(module, function)
-    rule = next((r for r in REACH if fnmatch.fnmatchcase(f"{module.key}:{function}", r.where)), None)
+    cuda = facts.replaced.get(f"{module.key}:{function}") or _cuda_only(module, function, facts)
+    node = dict(_functions(module.tree)).get(function) if module.tree is not None else None
+    raising, tested = _raising_lines(node), _tested(node)
+    matching = [r for r in rules if fnmatch.fnmatchcase(f"{module.key}:{function}", r.where)]
     gaps: list[Gap] = []
     for line in missing:
+        rule = next((r for r in matching if not r.inside or r.inside in tested.get(line, ())), None)
         category, why = _reason(line, cuda, raising, rule, facts)
         if gaps and gaps[-1].category == category and gaps[-1].why == why:
             gaps[-1].lines.append(line)
@@ -103,13 +111,30 @@ def _reason(line: int, cuda: str | None, raising: dict[int, str], rule: Reach | 
 
 
 def _reach(rule: Reach, facts: Facts) -> tuple[str, str]:
-    ran = facts.ran.get(rule.axis)
-    what = f"the {rule.axis} axis `{rule.example}`" if ran is None else f"the {rule.axis} `{rule.example}`"
-    why = f" ({rule.why})" if rule.why else ""
-    hit = sorted(value for value in (ran or ()) if fnmatch.fnmatchcase(value, rule.value))
-    if hit:
-        return UNKNOWN, f"{rule.axis} {', '.join(hit)} ran and did not reach it{why}"
-    return NOT_IN_PLAN, f"{what}{why}" + (" (no such axis in this harness yet)" if ran is None else "")
+    if not rule.when:
+        return NOT_IN_PLAN, rule.what
+    missing = [axis for axis, _ in rule.when if facts.axes and axis not in facts.axes]
+    if missing:
+        return NOT_IN_PLAN, f"{rule.what} (no such axis in this harness yet)"
+    if any(all(fnmatch.fnmatchcase(case.get(axis, ""), glob) for axis, glob in rule.when) for case in facts.cases):
+        return UNKNOWN, f"{rule.what} ran and did not reach it"
+    return NOT_IN_PLAN, rule.what
+
+
+def _tested(node: ast.AST | None) -> dict[int, set[str]]:
+    """For each line of a function, the names tested by the `if`s whose true branch holds it."""
+    found: dict[int, set[str]] = {}
+    if node is None:
+        return found
+    for child in ast.walk(node):
+        if isinstance(child, ast.If):
+            names = {n.id for n in ast.walk(child.test) if isinstance(n, ast.Name)}
+            names |= {n.attr for n in ast.walk(child.test) if isinstance(n, ast.Attribute)}
+            for stmt in child.body:
+                for inner in ast.walk(stmt):
+                    if isinstance(inner, ast.stmt):
+                        found.setdefault(inner.lineno, set()).update(names)
+    return found
 
 
 # --- CUDA-only: which backends reach a function ------------------------------------------------------------------
@@ -151,9 +176,8 @@ def backends_reaching(module: ModuleScope, backends: dict[str, str]) -> dict[str
 # --- refusals: the statements of a raise ---------------------------------------------------------------------------
 
 
-def _raising_lines(module: ModuleScope, function: str) -> dict[int, str]:
+def _raising_lines(node: ast.AST | None) -> dict[int, str]:
     """Each line of the function that belongs to a block ending in a `raise`, with diffusers' refusal in words."""
-    node = dict(_functions(module.tree)).get(function) if module.tree is not None else None
     found: dict[int, str] = {}
     if node is None:
         return found
