@@ -27,7 +27,7 @@ for name in rows.get("captures", []):
 out.mkdir(parents=True, exist_ok=True)
 (out / "args.json").write_text(json.dumps(args))
 (out / "found.json").write_text(json.dumps(found))
-(out / "results.json").write_text(json.dumps({"header": {}, "cases": rows["cases"]}))
+(out / "results.json").write_text(json.dumps({"header": rows.get("header", {}), "cases": rows["cases"]}))
 sys.exit(1 if any(case["status"] == "FAIL" for case in rows["cases"]) else 0)
 """
 
@@ -128,3 +128,24 @@ def test_the_base_references_are_reused_only_for_the_same_revision(tmp_path, sid
     assert not (tmp_path / "ab/references/flux/image.safetensors").exists()  # the head's capture stays its own
     run_ab(tmp_path, base="another")  # negative control: another base revision captures anew
     assert reference.read_text() == "base"
+
+
+def test_with_coverage_the_report_names_parallel_code_the_head_adds_and_never_runs(tmp_path, sides):
+    from harness.core.coverage import UNKNOWN, CoverageReport, FunctionCoverage, Gap, ModuleCoverage
+
+    def measured(*functions) -> dict:
+        return {"coverage": CoverageReport("0.42.1", [ModuleCoverage("hooks/context_parallel.py", "hooks",
+                                                                     list(functions))]).to_dict()}
+
+    old = FunctionCoverage("apply_context_parallel", 80, 90, [81, 82], [81, 82])
+    new = FunctionCoverage("shard_sideways", 100, 110, [101, 102], [], [Gap([101, 102], UNKNOWN, "nothing")])
+    cases = [case(SINGLE, "PASS", 0.0), case(ULYSSES, "PASS", 2.4e-7, vs_baseline_max_abs=2.4e-7)]
+    rows, _ = sides
+    rows.update(base={"cases": cases, "header": measured(old)}, head={"cases": cases, "header": measured(old, new)})
+    code, lines = run_ab(tmp_path)
+    said = "parallel code the plan never runs: hooks/context_parallel.py: shard_sideways (new in the head; 2 never"
+    assert code == 0 and any(line.startswith(said) for line in lines), lines
+    assert said in (tmp_path / "ab/matrix.md").read_text() and said in (tmp_path / "ab/index.html").read_text()
+    rows["head"]["header"] = measured(old)  # negative control: nothing added, nothing said
+    code, lines = run_ab(tmp_path)
+    assert not any("never runs" in line for line in lines)
