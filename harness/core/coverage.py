@@ -150,3 +150,46 @@ def read(header: dict[str, Any]) -> CoverageReport | None:
     """The coverage of a run's header (None when the run did not measure it)."""
     data = header.get("coverage")
     return CoverageReport.from_dict(data) if isinstance(data, dict) else None
+
+
+def merge(reports: list[CoverageReport]) -> CoverageReport | None:
+    """The parts of a sharded run as one (`harness merge`): a statement any part executed is executed; one that
+    none did keeps the gravest of the parts' reasons (an axis value one part lacked and another ran without
+    reaching the statement is unknown, not "not in this plan")."""
+    if not reports:
+        return None
+    first = reports[0]
+    functions: dict[tuple[str, str], list[FunctionCoverage]] = {}
+    for report in reports:
+        for module in report.modules:
+            for function in module.functions:
+                functions.setdefault((module.key, function.name), []).append(function)
+    modules = []
+    for module in first.modules:
+        merged = []
+        for function in module.functions:
+            parts = functions[(module.key, function.name)]
+            ran = sorted({line for part in parts for line in part.executed})
+            merged.append(FunctionCoverage(function.name, function.first, function.last, function.statements, ran,
+                                           _gravest(function.statements, ran, parts)))
+        modules.append(ModuleCoverage(module.key, module.title, merged, module.absent, module.source))
+    return CoverageReport(first.diffusers, modules, sum(r.processes for r in reports),
+                          "; ".join(sorted({r.note for r in reports if r.note})))
+
+
+def _gravest(statements: list[int], ran: list[int], parts: list[FunctionCoverage]) -> list[Gap]:
+    by_line: dict[int, tuple[str, str]] = {}
+    for part in parts:
+        for gap in part.gaps:
+            for line in gap.lines:
+                reason = (gap.category, gap.why)
+                if line not in by_line or CATEGORIES.index(reason[0]) > CATEGORIES.index(by_line[line][0]):
+                    by_line[line] = reason
+    gaps: list[Gap] = []
+    for line in (line for line in statements if line not in set(ran)):
+        category, why = by_line.get(line, (UNKNOWN, "no part gave a reason"))
+        if gaps and (gaps[-1].category, gaps[-1].why) == (category, why):
+            gaps[-1].lines.append(line)
+        else:
+            gaps.append(Gap([line], category, why))
+    return gaps
