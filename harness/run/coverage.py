@@ -51,22 +51,22 @@ def report(measure: Measure, results: list[CaseResult], environment: dict) -> Co
 
     files = sorted(str(path) for path in measure.folder.glob("rank.*")) if measure.folder.exists() else []
     combined = coverage.Coverage(data_file=None, config_file=False)
-    data = combined.get_data()
     if files:
         combined.combine(files, keep=True)
-        data = combined.get_data()
     facts = plan_facts(results)
     ref = environment.get("diffusers_commit") or f"v{environment.get('diffusers')}"
-    modules = [_module(found, data, facts, combined, ref) for found in measure.scopes]
+    modules = [_module(found, facts, combined, ref) for found in measure.scopes]
     note = "" if files else "no rank wrote coverage data"
     return CoverageReport(str(environment.get("diffusers")), modules, processes=len(files), note=note)
 
 
-def _module(found: scope.ModuleScope, data, facts: reasons.Facts, combined, ref: str) -> ModuleCoverage:
+def _module(found: scope.ModuleScope, facts: reasons.Facts, combined, ref: str) -> ModuleCoverage:
     if found.path is None:
         return ModuleCoverage(found.key, found.part.title, absent=found.absent)
-    statements = set(combined.analysis2(str(found.path))[1])
-    ran = set(data.lines(str(found.path)) or ())
+    # coverage.py's own analysis: the lines a rank traced mapped to their statements (a statement over several
+    # lines may be traced on a later one)
+    _, listed, _, never, _ = combined.analysis2(str(found.path))
+    statements, ran = set(listed), set(listed) - set(never)
     functions = []
     for function in found.functions:
         measured = sorted(function.lines & statements)
