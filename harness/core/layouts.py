@@ -24,7 +24,8 @@ from harness.core.errors import HarnessError
 # The *any layouts at degree 2 are in the quick plan for the code only they run (uneven shards, the any all-to-alls).
 DEFAULT_LAYOUTS = ("single", "ulysses2", "ring2", "ulysses4", "ring4", "ring2xulysses2", "ulysses2any", "ring2any",
                    "tp2", "tp4")
-FULL_LAYOUTS = (*DEFAULT_LAYOUTS, "ulysses4any", "ring2alltoall", "ring2xulysses2any", "tp2+ulysses2", "tp2+ring2",
+FULL_LAYOUTS = (*DEFAULT_LAYOUTS, "ulysses4any", "ulysses3any", "ring2alltoall", "ring2xulysses2any", "tp3",
+                "tp2+ulysses2", "tp2+ring2",
                 "dp2", "dp2xulysses2", "dp2xring2", "tcp2", "tcp2alltoall", "tcp4", "tcp4alltoall", "tcp2lb",
                 "dp2xtcp2")
 

@@ -3,8 +3,10 @@
 Started once per rank process, before anything imports diffusers, measuring only the files the run names (coverage
 then traces no other file's lines); stopped once, when the rank ends. The data are saved to a file of this process
 (coverage's data suffix: host, pid, random) in the run's coverage folder, which the run combines once
-(harness.run.coverage). A rank killed after a hang loses what it ran since its last save, so the data are also saved
-after a case when SAVE_S have passed since the last save (a few milliseconds each), never per case.
+(harness.run.coverage). The launcher ends the ranks as soon as rank 0 has reported a launch's last case, so each rank
+saves after its launch's last case, before that case's gathers (no rank passes them before all have saved); and a
+rank killed after a hang loses only what it ran since its last save: the data are also saved after a case when
+SAVE_S have passed since the last save (a few milliseconds each), never per case.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ class Tracer:
         self.coverage.start()
         self.saved = time.monotonic()
 
-    def after_case(self) -> None:
-        if time.monotonic() - self.saved >= SAVE_S:
+    def after_case(self, last: bool = False) -> None:
+        if last or time.monotonic() - self.saved >= SAVE_S:
             self.save()
 
     def save(self) -> None:

@@ -65,6 +65,7 @@ class Worker:
                 error = self.error(case, exc)
             finally:
                 backends.reset_active_backend()
+            self.save_coverage(case)
             gathered = [None] * self.world_size
             seconds = info["seconds"] if info else None
             compared = kind_of(case.kind).comparable(output) if error is None else None  # converted once, for both uses
@@ -79,8 +80,6 @@ class Worker:
                 record.phases = {name: round(value, 4) for name, value in self.work.phases.items()}
                 self.report(record)
             del output
-            if self.tracer is not None:
-                self.tracer.after_case()
 
     def localize(self, case: Case) -> None:
         """Where the case breaks (harness.rank.localize); its time is its own, not the case's."""
@@ -91,6 +90,7 @@ class Worker:
             error = self.error(case, exc)
         finally:
             backends.reset_active_backend()
+        self.save_coverage(case)
         errors = [None] * self.world_size
         dist.all_gather_object(errors, error)
         if self.rank == 0:
@@ -101,6 +101,13 @@ class Worker:
             else:
                 self.report(CaseRecord(case.case_id, seconds=time.perf_counter() - started,
                                        metrics={"localization": found.to_dict()}))
+
+    def save_coverage(self, case: Case) -> None:
+        """`--coverage`: the rank's data saved before the case's gathers, after its launch's last case (and now and
+        then): no rank passes the gather before every rank has saved, and the launcher ends the ranks once rank 0
+        has reported the last case."""
+        if self.tracer is not None:
+            self.tracer.after_case(last=case is self.group.cases[-1])
 
     def rank_differences(self, mine: torch.Tensor | None, gathered: list[dict]) -> list[float | None]:
         """Every rank's output against rank 0's (max abs difference; None for a different shape). In diffusers every

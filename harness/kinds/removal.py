@@ -1,7 +1,8 @@
 """The `removal` kind: diffusers' context parallelism enabled, the model run, the parallelism removed again with
 diffusers' `remove_context_parallel`, the model run again. The second run must be the single-device run of the same
 model, dtype and backend, bit for bit, and must communicate nothing: a model handed back to one device must not
-keep a trace of the layout it ran under. As in a user's script, diffusers builds the device mesh itself (no `mesh=`).
+keep a trace of the layout it ran under. As in a user's script, diffusers builds the device mesh itself (no `mesh=`),
+and `native`, diffusers' default backend, is left unset.
 
 Its cases read the tensor kind's references (the same forward); the run under the layout is the tensor kind's
 concern and is not judged here (its proof, the backends and collectives of that run, is). The single-device
@@ -64,6 +65,8 @@ class RemovalKind(TensorKind):
     def build(self, case, reference, device) -> Built:
         built = super().build(case, reference, device)
         model, once = built.module, built.run
+        if case.backend == "native":  # diffusers' default, left unset as a user's script leaves it
+            model.reset_attention_backend()
 
         def run(recording=None):
             """Under the layout (recorded as the proof), then, where a layout was applied, removed and run again."""
