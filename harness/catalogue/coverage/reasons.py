@@ -34,6 +34,7 @@ class Reach:
     what: str
     when: tuple[tuple[str, str], ...] = ()
     inside: str = ""
+    category: str = NOT_IN_PLAN  # CUDA_ONLY where only another machine's device or collectives reach it
 
 
 ANY_ULYSSES = ("the layout `ulysses2any` (Ulysses-anything shards and gathers unevenly)", (("layout", "ulysses*any"),))
@@ -42,7 +43,41 @@ UNIFIED = ("the layout `ring2xulysses2` (ring and Ulysses together)", (("layout"
 TRAIN = ("the kind `train` (a backward pass)", (("kind", "train"),))
 PRETRAINED = ("the load axis `pretrained` (from_pretrained(..., parallel_config=...))", (("load", "pretrained"),))
 REMOVAL = ("the kind `removal` (enable, run, remove_context_parallel, run)", (("kind", "removal"),))
+# what no case does (no `when`), each said as what would reach it; checked against diffusers 0.42.1's full plan
+LSE = "a caller asking for the log-sum-exp (return_lse=True): no model of diffusers does, only the ring's own calls"
+GLOO = ("uneven shards on gloo, which refuses uneven all-gathers (\"invalid tensor size\", a known issue on CPU); NCCL "
+        "takes them")
 REACH = (
+    Reach("models/attention_dispatch.py:*", LSE, inside="return_lse"),
+    Reach("models/attention_dispatch.py:TemplatedUlyssesAnythingAttention.forward", GLOO, inside="max_local",
+          category=CUDA_ONLY),
+    Reach("models/attention_dispatch.py:TemplatedRingAnythingAttention.forward", GLOO, inside="pad_len",
+          category=CUDA_ONLY),
+    Reach("models/attention_dispatch.py:_maybe_*pad_*_head", "a model whose heads Ulysses-anything pads (3 heads at "
+          "degree 2; measured to match one device within 2.4e-7): every model of the zoo has 4 (ulysses3any is "
+          "refused: it would pad 2 for 2 a rank)"),
+    Reach("models/attention_dispatch.py:_all_to_all_dim_exchange", "a Ulysses group of one rank: every layout's "
+          "degree is at least 2"),
+    Reach("hooks/context_parallel.py:ModuleForwardMetadata._get_parameter_from_args_kwargs", "a model whose planned "
+          "modules take a split input positionally (helios' attention and feed-forward)", (("model", "helios*"),)),
+    Reach("hooks/context_parallel.py:ContextParallelSplitHook.pre_forward", "a `_cp_plan` input that is a list of "
+          "tensors, split one by one: no model of the zoo has one", inside="tuple"),
+    Reach("hooks/context_parallel.py:ContextParallelSplitHook.pre_forward", "a model whose planned modules take a "
+          "split input positionally (helios' attention and feed-forward)", (("model", "helios*"),)),
+    Reach("hooks/context_parallel.py:ContextParallelGatherHook.post_forward", "a gathered module that returns several "
+          "outputs (a list of ContextParallelOutput, some None): no model of the zoo gathers one"),
+    Reach("hooks/context_parallel.py:AllGatherAnythingFunction.backward", "the kind `train` under a *any layout: the "
+          "train kind skips them, diffusers' any attention has no backward", (("kind", "train"), ("layout", "*any"))),
+    Reach("hooks/tensor_parallel.py:_resolve_tp_plan", "a `_tp_plan` key without a `*`: every tensor-parallel model "
+          "of the zoo names its blocks with one"),
+    Reach("hooks/tensor_parallel.py:_*tensor_parallel", "a tensor-parallel model group-offloaded or saved "
+          "(enable_group_offload, save_pretrained): no case does"),
+    Reach("models/modeling_utils.py:ModelMixin.enable_group_offload", "a tensor-parallel model group-offloaded: no "
+          "case does"),
+    Reach("hooks/tensor_parallel.py:_check_tp_supported", "peft installed (the LoRA-adapter refusal runs only with "
+          "it): not a dependency of the harness", inside="is_peft_available"),
+    Reach("models/modeling_utils.py:ModelMixin.enable_parallelism", "an attention processor without a backend or a "
+          "`_parallel_config`: every processor of the zoo has both", inside="processor"),
     Reach("hooks/context_parallel.py:PartitionAnythingSharder.*", *ANY_ULYSSES),
     Reach("hooks/context_parallel.py:AllGatherAnythingFunction.forward", *ANY_ULYSSES),
     Reach("hooks/context_parallel.py:_all_gather_anything", *ANY_ULYSSES),
@@ -112,7 +147,7 @@ def _reason(line: int, cuda: str | None, raising: dict[int, str], rule: Reach | 
 
 def _reach(rule: Reach, facts: Facts) -> tuple[str, str]:
     if not rule.when:
-        return NOT_IN_PLAN, rule.what
+        return rule.category, rule.what
     missing = [axis for axis, _ in rule.when if facts.axes and axis not in facts.axes]
     if missing:
         return NOT_IN_PLAN, f"{rule.what} (no such axis in this harness yet)"
@@ -122,7 +157,7 @@ def _reach(rule: Reach, facts: Facts) -> tuple[str, str]:
 
 
 def _tested(node: ast.AST | None) -> dict[int, set[str]]:
-    """For each line of a function, the names tested by the `if`s whose true branch holds it."""
+    """For each line of a function, the names tested by the `if`s whose true branch holds it, or that it tests."""
     found: dict[int, set[str]] = {}
     if node is None:
         return found
@@ -130,6 +165,7 @@ def _tested(node: ast.AST | None) -> dict[int, set[str]]:
         if isinstance(child, ast.If):
             names = {n.id for n in ast.walk(child.test) if isinstance(n, ast.Name)}
             names |= {n.attr for n in ast.walk(child.test) if isinstance(n, ast.Attribute)}
+            found.setdefault(child.lineno, set()).update(names)  # the test itself: an `elif` runs only there
             for stmt in child.body:
                 for inner in ast.walk(stmt):
                     if isinstance(inner, ast.stmt):
