@@ -1,8 +1,9 @@
 """Why a statement of diffusers' parallel code never ran in a plan: every one gets a reason, in this order.
 
 1. CUDA-only: the function is reached only through attention backends that do not run on this machine (read from
-   diffusers' registry and the source: which registered backend functions call it, transitively), or on this
-   machine the harness's CPU shims stand in for it (its op has no CPU kernel).
+   diffusers' registry and the source: which registered backend functions call it, transitively), on this machine
+   the harness's CPU shims stand in for it (its op has no CPU kernel), or only NCCL's collectives take what reaches
+   it (uneven shards: gloo refuses uneven all-gathers).
 2. Refused by diffusers: the statement is part of a `raise` (its block ends in one): diffusers' own refusal, with its
    message, that no case of the plan provokes.
 3. Not in this plan: a value of an axis reaches it (`REACH`, below) and the plan did not run that value, or it is
@@ -10,17 +11,19 @@
    never ran, the rule does not explain it: unknown, saying so.
 4. Unknown: nothing above explains it.
 
-`REACH` names, per function, what reaches it; a rule that matches no function of the installed diffusers is
-harmless (releases differ), and a rule whose axis does not exist yet (the load axis `pretrained`) is never run.
+`REACH` names, per function (and branch), what reaches it, as read from diffusers 0.42.1 and its full plan: a rule
+that matches no function of the installed diffusers is harmless (releases differ), and one whose axis does not exist
+yet (the load axis `pretrained`) says so.
 """
 
 from __future__ import annotations
 
 import ast
 import fnmatch
+import functools
 from dataclasses import dataclass, field
 
-from harness.catalogue.coverage.scope import ModuleScope, _definitions, _functions, _names
+from harness.catalogue.coverage.scope import ModuleScope, definitions, functions_of, names_read
 from harness.core.coverage import CUDA_ONLY, NOT_IN_PLAN, REFUSED, UNKNOWN, Gap
 
 
@@ -119,7 +122,7 @@ def classify(module: ModuleScope, function: str, missing: list[int], facts: Fact
     if not missing:
         return []
     cuda = facts.replaced.get(f"{module.key}:{function}") or _cuda_only(module, function, facts)
-    node = dict(_functions(module.tree)).get(function) if module.tree is not None else None
+    node = dict(functions_of(module.tree)).get(function) if module.tree is not None else None
     raising, tested = _raising_lines(node), _tested(node)
     matching = [r for r in rules if fnmatch.fnmatchcase(f"{module.key}:{function}", r.where)]
     gaps: list[Gap] = []
@@ -179,7 +182,9 @@ def _tested(node: ast.AST | None) -> dict[int, set[str]]:
 def _cuda_only(module: ModuleScope, function: str, facts: Facts) -> str | None:
     """Why the function runs only on backends this machine lacks, or None (some backend that runs here reaches it,
     or none does)."""
-    reaching = backends_reaching(module, facts.backends).get(function.partition(".")[0], set())
+    if module.tree is None:
+        return None
+    reaching = _reaching(module.tree, tuple(sorted(facts.backends.items()))).get(function.partition(".")[0], set())
     if not reaching or any(name not in facts.unavailable for name in reaching):
         return None
     names = sorted(reaching)
@@ -188,12 +193,16 @@ def _cuda_only(module: ModuleScope, function: str, facts: Facts) -> str | None:
     return f"only {shown} reach it, none runs here (`{names[0]}`: {first[:80]}{'...' if len(first) > 80 else ''})"
 
 
-def backends_reaching(module: ModuleScope, backends: dict[str, str]) -> dict[str, set[str]]:
-    """For each module-level function or class of `module`: the registered backends whose function calls it,
+@functools.lru_cache(maxsize=8)
+def _reaching(tree: ast.Module, backends: tuple[tuple[str, str], ...]) -> dict[str, set[str]]:
+    """`backends_reaching`, once per module and registry (every function of the module asks)."""
+    return backends_reaching(tree, dict(backends))
+
+
+def backends_reaching(tree: ast.Module, backends: dict[str, str]) -> dict[str, set[str]]:
+    """For each module-level function or class of a module: the registered backends whose function calls it,
     directly or through other functions of the module (a backend's own function is reached by that backend)."""
-    if module.tree is None or not backends:
-        return {}
-    defs = _definitions(module.tree)
+    defs = definitions(tree)
     reached: dict[str, set[str]] = {}
     for backend, name in backends.items():
         if name not in defs:
@@ -201,7 +210,7 @@ def backends_reaching(module: ModuleScope, backends: dict[str, str]) -> dict[str
         seen, todo = {name}, [name]
         while todo:
             node = defs[todo.pop()]
-            for called in _names(node) & set(defs) - seen:
+            for called in names_read(node) & set(defs) - seen:
                 seen.add(called)
                 todo.append(called)
         for found in seen:

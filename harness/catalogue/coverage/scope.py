@@ -123,10 +123,10 @@ def scopes(parts=PARTS) -> list[ModuleScope]:
 
 def measured(tree: ast.Module, whole: bool, tokens=TOKENS) -> list[FunctionScope]:
     """The functions of a module and the statements of each that are measured (see the module's docstring)."""
-    defs = _definitions(tree)
+    defs = definitions(tree)
     functions = {name: FunctionScope(name, node.lineno, node.end_lineno or node.lineno)
-                 for name, node in _functions(tree)}
-    nodes = dict(_functions(tree))
+                 for name, node in functions_of(tree)}
+    nodes = dict(functions_of(tree))
     if whole:
         for name, node in nodes.items():
             functions[name].lines = _lines(node.body)
@@ -141,9 +141,9 @@ def measured(tree: ast.Module, whole: bool, tokens=TOKENS) -> list[FunctionScope
     taken = {name for name, body in roots.items() if body and PARALLEL_NAME.search(name.rpartition(".")[2])}
     while todo:
         stmt = todo.pop()
-        for called in _names(stmt) & set(defs) - taken:
+        for called in names_read(stmt) & set(defs) - taken:
             taken.add(called)
-            for name, node in _members(called, defs[called]):
+            for name, node in members(called, defs[called]):
                 roots[name] = list(node.body)
                 todo.extend(node.body)
     for name, body in roots.items():
@@ -151,16 +151,16 @@ def measured(tree: ast.Module, whole: bool, tokens=TOKENS) -> list[FunctionScope
     return [f for f in functions.values() if f.lines]
 
 
-def _functions(tree: ast.Module):
+def functions_of(tree: ast.Module):
     """(name, node) of every module-level function and every method, `Class.method`."""
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield node.name, node
         elif isinstance(node, ast.ClassDef):
-            yield from _members(node.name, node)
+            yield from members(node.name, node)
 
 
-def _members(name: str, node: ast.AST):
+def members(name: str, node: ast.AST):
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         yield name, node
         return
@@ -169,7 +169,7 @@ def _members(name: str, node: ast.AST):
             yield f"{name}.{child.name}", child
 
 
-def _definitions(tree: ast.Module) -> dict[str, ast.AST]:
+def definitions(tree: ast.Module) -> dict[str, ast.AST]:
     return {node.name: node for node in tree.body
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
 
@@ -228,7 +228,7 @@ def _tests_none(test: ast.expr, tokens) -> bool:
                and _mentions(part.left, tokens) for part in parts)
 
 
-def _names(stmt: ast.AST) -> set[str]:
+def names_read(stmt: ast.AST) -> set[str]:
     """The names a statement reads (a function it calls, a class it applies), not those it assigns."""
     return {child.id for child in ast.walk(stmt) if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load)}
 
