@@ -2,8 +2,8 @@
 
 1. CUDA-only: the function is reached only through attention backends that do not run on this machine (read from
    diffusers' registry and the source: which registered backend functions call it, transitively), on this machine
-   the harness's CPU shims stand in for it (its op has no CPU kernel), or only NCCL's collectives take what reaches
-   it (uneven shards: gloo refuses uneven all-gathers).
+   the harness's CPU shims stand in for it (its op has no CPU kernel), or a rule says only another machine reaches
+   it (`Reach.category`).
 2. Refused by diffusers: the statement is part of a `raise` (its block ends in one): diffusers' own refusal, with its
    message, that no case of the plan provokes.
 3. Not in this plan: a value of an axis reaches it (`REACH`, below) and the plan did not run that value, or it is
@@ -37,7 +37,7 @@ class Reach:
     what: str
     when: tuple[tuple[str, str], ...] = ()
     inside: str = ""
-    category: str = NOT_IN_PLAN  # CUDA_ONLY where only another machine's device or collectives reach it
+    category: str = NOT_IN_PLAN  # CUDA_ONLY where only another machine's device or collectives would reach it
 
 
 ANY_ULYSSES = ("the layout `ulysses2any` (Ulysses-anything shards and gathers unevenly)", (("layout", "ulysses*any"),))
@@ -48,14 +48,16 @@ PRETRAINED = ("the load axis `pretrained` (from_pretrained(..., parallel_config=
 REMOVAL = ("the kind `removal` (enable, run, remove_context_parallel, run)", (("kind", "removal"),))
 # what no case does (no `when`), each said as what would reach it; checked against diffusers 0.42.1's full plan
 LSE = "a caller asking for the log-sum-exp (return_lse=True): no model of diffusers does, only the ring's own calls"
-GLOO = ("uneven shards on gloo, which refuses uneven all-gathers (\"invalid tensor size\", a known issue on CPU); NCCL "
-        "takes them")
 REACH = (
     Reach("models/attention_dispatch.py:*", LSE, inside="return_lse"),
-    Reach("models/attention_dispatch.py:TemplatedUlyssesAnythingAttention.forward", GLOO, inside="max_local",
-          category=CUDA_ONLY),
-    Reach("models/attention_dispatch.py:TemplatedRingAnythingAttention.forward", GLOO, inside="pad_len",
-          category=CUDA_ONLY),
+    Reach("models/attention_dispatch.py:TemplatedUlyssesAnythingAttention.forward", "a text mask over an uneven "
+          "sequence under Ulysses-anything: no shape of the zoo has both (its masked shapes have even text)",
+          inside="max_local"),
+    Reach("models/attention_dispatch.py:TemplatedRingAnythingAttention.forward", "the layout `ring2any` on an uneven "
+          "sequence (the shape `txt7`: each rank's K/V padded to the longest)", (("layout", "ring*any"),
+                                                                                  ("shape", "txt7"))),
+    Reach("hooks/context_parallel.py:ContextParallelSplitHook._prepare_cp_input", "the model `wan` (a 1-D timestep "
+          "against its plan's expected_dims 2: diffusers warns and leaves it whole)", (("model", "wan"),)),
     Reach("models/attention_dispatch.py:_maybe_*pad_*_head", "a model whose heads Ulysses-anything pads (3 heads at "
           "degree 2; measured to match one device within 2.4e-7): every model of the zoo has 4 (ulysses3any is "
           "refused: it would pad 2 for 2 a rank)"),
