@@ -44,9 +44,9 @@ def prepare(enabled: bool, workdir: Path) -> Measure | None:
     return Measure(workdir / FOLDER, scope.scopes())
 
 
-def report(measure: Measure, results: list[CaseResult], environment: dict) -> CoverageReport:
+def report(measure: Measure, results: list[CaseResult], environment: dict, kept: int = 0) -> CoverageReport:
     """Every rank process's data combined, read module by module and function by function, each gap with its
-    reason."""
+    reason. `kept`: cases `--resume` kept from an interrupted run, whose statements this run did not measure."""
     import coverage
 
     files = sorted(str(path) for path in measure.folder.glob("rank.*")) if measure.folder.exists() else []
@@ -56,7 +56,10 @@ def report(measure: Measure, results: list[CaseResult], environment: dict) -> Co
     facts = plan_facts(results)
     ref = environment.get("diffusers_commit") or f"v{environment.get('diffusers')}"
     modules = [_module(found, facts, combined, ref) for found in measure.scopes]
-    note = "" if files else "no rank wrote coverage data"
+    notes = ["no rank wrote coverage data"] if not files else []
+    if kept:
+        notes.append(f"{kept} case(s) kept by --resume ran in the interrupted run: their statements are not counted")
+    note = "; ".join(notes)
     return CoverageReport(str(environment.get("diffusers")), modules, processes=len(files), note=note)
 
 

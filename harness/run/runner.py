@@ -89,6 +89,7 @@ class _Run:
     issues: list = field(default_factory=list)  # known_issues.toml's entries
     versions: dict = field(default_factory=dict)  # this run's environment and the references' (`_versions`)
     measure: coverage_run.Measure | None = None  # `--coverage`: what the ranks measure
+    kept: int = 0  # cases `--resume` kept from the interrupted run (not run, so not measured, by this one)
 
     @property
     def report_dir(self) -> Path:
@@ -113,7 +114,7 @@ class _Run:
             echo(f"{', '.join(compiled)}: the plan's compile slice only, {sum(p.case.mode != EAGER for p in plan)} "
                  f"case(s) (--compile-cases '*' compiles every case of the plan; --modes all runs every mode)")
         refusals = {p.case.case_id: p.expected_refusal for p in plan if p.expected_refusal is not None}
-        kept = len(done)
+        kept = self.kept = len(done)
         self.measure = coverage_run.prepare(settings.coverage, report_dir / WORKDIR)
         try:
             stats = _launch_all(todo, settings, report_dir, self.issues, refusals, done, echo, self.measure)
@@ -161,7 +162,7 @@ class _Run:
         results = self.results()
         header = self.header(results, stats, localize_s)
         if self.measure is not None:  # read once, from every rank process's data, before the work folder goes
-            measured = coverage_run.report(self.measure, results, self.versions["environment"])
+            measured = coverage_run.report(self.measure, results, self.versions["environment"], self.kept)
             header.coverage = measured.to_dict()
             echo(measured.summary())
         if settings.plan == "full" and header.known_issues_unmatched:  # the full plan is what the entries are for

@@ -220,6 +220,9 @@ def test_the_ranks_data_are_combined_and_read_per_function(tmp_path, monkeypatch
     assert set(functions["_helper"].executed) == lines_of(SOURCE, "y = x + 1", "return y")
     assert functions["refuse"].executed == [] and functions["refuse"].gaps[0].category == REFUSED
     assert report.modules[0].source.endswith("/v0.42.1/src/diffusers/models/attention_dispatch.py")
+    assert report.note == ""
+    resumed = coverage_run.report(coverage_run.Measure(folder, [found]), [], {"diffusers": "0.42.1"}, kept=2)
+    assert resumed.note == "2 case(s) kept by --resume ran in the interrupted run: their statements are not counted"
 
 
 def report_of(executed: list[int], name: str = "shard_anything", extra: bool = False) -> CoverageReport:
