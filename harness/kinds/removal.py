@@ -56,6 +56,15 @@ class RemovalKind(TensorKind):
     def captures(self, spec) -> bool:
         return False  # the tensor kind's references
 
+    def compile_slice(self, plan: str) -> list[str]:
+        return []  # eager only
+
+    def load_slice(self, plan: str) -> list[str]:
+        return []  # enable_parallelism and its removal: what a from_pretrained load would change is not its question
+
+    def draws_for(self, case) -> tuple[str, ...]:
+        return ()  # judged bit for bit against one device: no noise to measure
+
     def repro_script(self, case) -> str | None:
         return None
 

@@ -17,16 +17,20 @@ import inspect
 import torch
 
 NAMESPACES = {"_c10d_functional", "c10d_functional", "c10d", "_dtensor"}
-# op name (both the functional and the in-place c10d spelling) -> the collective it performs
+# op name -> the collective it performs: the functional ops, the in-place and `_out` variants Inductor's generated
+# code calls (an all-reduce reinplaced to `all_reduce_`: a compiled tensor-parallel backward ran nothing else, and
+# none of it was counted), and c10d's own in-place spelling
 COLLECTIVES = {
     **dict.fromkeys(("all_to_all_single", "alltoall_", "alltoall_base_", "shard_dim_alltoall"), "all_to_all"),
-    **dict.fromkeys(("all_gather_into_tensor", "all_gather_into_tensor_coalesced", "allgather_", "_allgather_base_",
-                     "allgather_coalesced_", "allgather_into_tensor_coalesced_"), "all_gather"),
-    **dict.fromkeys(("all_reduce", "all_reduce_coalesced", "allreduce_", "allreduce_coalesced_"), "all_reduce"),
-    **dict.fromkeys(("reduce_scatter_tensor", "reduce_scatter_tensor_coalesced", "reduce_scatter_",
-                     "_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_"), "reduce_scatter"),
+    **dict.fromkeys(("all_gather_into_tensor", "all_gather_into_tensor_out", "all_gather_into_tensor_coalesced",
+                     "allgather_", "_allgather_base_", "allgather_coalesced_", "allgather_into_tensor_coalesced_"),
+                    "all_gather"),
+    **dict.fromkeys(("all_reduce", "all_reduce_", "all_reduce_coalesced", "all_reduce_coalesced_", "allreduce_",
+                     "allreduce_coalesced_"), "all_reduce"),
+    **dict.fromkeys(("reduce_scatter_tensor", "reduce_scatter_tensor_out", "reduce_scatter_tensor_coalesced",
+                     "reduce_scatter_", "_reduce_scatter_base_", "reduce_scatter_tensor_coalesced_"), "reduce_scatter"),
     **dict.fromkeys(("broadcast", "broadcast_"), "broadcast"),
-    "send": "send", "recv_": "recv", "recv_any_source_": "recv",
+    "send": "send", "isend": "send", "recv_": "recv", "irecv": "recv", "recv_any_source_": "recv",
     "gather_": "gather", "scatter_": "scatter", "reduce_": "reduce",
 }
 

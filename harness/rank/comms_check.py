@@ -16,9 +16,10 @@ by `*any` layouts, an LSE all-to-all); what it may not do is skip what its layou
 
 A run with a backward (a train case) must communicate in it too, all under `(backward)` (the recorder cannot tell
 which module's backward runs): Ulysses sends each attention call's gradients back the way its forward sent q, k, v
-and the output (4 all-to-alls a call); the ring gathers the K/V buffer again (1 all-gather a call) and passes the
-K/V gradients around the ring (degree - 1 all-to-alls a call, `permute_tensor`); tensor parallelism all-reduces
-the input gradients of its column-wise layers (at least one). PyTorch's own ring's backward is not predicted.
+and the output (4 all-to-alls a call); the ring passes the K/V gradients around the ring (degree - 1 all-to-alls a
+call, `permute_tensor`; its K/V buffer it gathers again in eager, while a compiled backward may keep the forward's);
+tensor parallelism all-reduces the input gradients of its column-wise layers (at least one). PyTorch's own ring's
+backward is not predicted.
 """
 
 from __future__ import annotations
@@ -104,11 +105,9 @@ def _attention_backward(forward: list[Expectation], layout) -> list[Expectation]
     if layout.ulysses > 1 and to_all:
         expected.append(Expectation(BACKWARD, "all_to_all", to_all, f"Ulysses: the gradients of {to_all // 4} "
                                                                     "attention call(s) sent back (q, k, v, output)"))
-    if layout.ring > 1 and calls:
-        expected += [Expectation(BACKWARD, "all_gather", calls, f"ring: the K/V buffer of {calls} attention call(s) "
-                                                                "gathered again"),
-                     Expectation(BACKWARD, "all_to_all", (layout.ring - 1) * calls,
-                                 f"ring: the K/V gradients of {calls} attention call(s) passed on")]
+    if layout.ring > 1 and calls:  # its K/V buffer it may gather again (eager) or keep from the forward (compiled)
+        expected.append(Expectation(BACKWARD, "all_to_all", (layout.ring - 1) * calls,
+                                    f"ring: the K/V gradients of {calls} attention call(s) passed on"))
     return expected
 
 
