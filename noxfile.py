@@ -1,5 +1,5 @@
 """CI sessions: `nox -s tests` (the harness's own tests), `nox -s capture`, `nox -s parity` (matrix + reports),
-`nox -s compat` (the quick plan on each supported diffusers release), `nox -s versions` (`harness ab`, `bisect` and
+`nox -s coverage` (the matrix with diffusers' parallel code measured), `nox -s compat` (the quick plan on each supported diffusers release), `nox -s versions` (`harness ab`, `bisect` and
 `repro` on real releases, each in an environment of its own), `nox -s gpu` (the GPU check's dry run; on a CUDA
 machine, the check: benchmarks/gpu/README.md); none of these three is a default session."""
 
@@ -41,6 +41,14 @@ def parity(session: nox.Session) -> None:
     """Run the parity matrix and write reports/ (matrix.csv, matrix.md, results.json, index.html)."""
     install(session)
     session.run("harness", "run", *session.posargs)
+
+
+@nox.session
+def coverage(session: nox.Session) -> None:
+    """The parity matrix with every rank under coverage.py (`harness run --coverage`): reports/ says which of
+    diffusers' parallel code the plan executed and why the rest did not run (docs/coverage.md)."""
+    install(session)
+    session.run("harness", "run", "--coverage", *session.posargs)
 
 
 @nox.session

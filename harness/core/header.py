@@ -25,6 +25,7 @@ class RunHeader:
     merged_from: list[dict[str, Any]] | None = None  # `harness merge`: the parts
     purpose: str = ""  # "selftest": the FAILs are the deliberate bugs the run must catch
     incomplete: str | None = None  # why the run stopped before its end (its unfinished cases are ERROR, resumable)
+    coverage: dict[str, Any] | None = None  # `--coverage`: diffusers' parallel code the run executed (core.coverage)
 
     def to_dict(self) -> dict[str, Any]:
         return {key: value for key, value in asdict(self).items() if value is not None}

@@ -1,6 +1,10 @@
 """Layout names (`single`, `ulysses2`, `ring2`, `ring2xulysses2`, `ulysses2any`, `tp2`, `tp2+ulysses2`, `dp2`,
 `dp2xulysses2`, ...) and the diffusers configs they become.
 
+`ringNalltoall` asks diffusers' ring to rotate K/V with all-to-all (`rotate_method="alltoall"`) and
+`ringRxulyssesUany` asks for the *any mode of both dimensions: configs diffusers 0.42.1 refuses (an expected refusal,
+harness.run.plan), so its validation is run, and a release that accepts them is judged like any other.
+
 `dpN` is data parallelism: N ranks each train on 1/N of the batch (train cases only); `dpNx<cp>` combines it with a
 context-parallel layout, every data-parallel rank holding a context-parallel group, as torchtitan lays out its mesh.
 
@@ -17,16 +21,22 @@ from dataclasses import dataclass
 
 from harness.core.errors import HarnessError
 
-DEFAULT_LAYOUTS = ("single", "ulysses2", "ring2", "ulysses4", "ring4", "ring2xulysses2", "tp2", "tp4")
-FULL_LAYOUTS = (*DEFAULT_LAYOUTS, "ulysses2any", "ring2any", "ulysses4any", "tp2+ulysses2", "tp2+ring2", "dp2",
-                "dp2xulysses2", "dp2xring2", "tcp2", "tcp2alltoall", "tcp4", "tcp4alltoall", "tcp2lb", "dp2xtcp2")
+# The *any layouts at degree 2 are in the quick plan for the code only they run (uneven shards, the any all-to-alls).
+DEFAULT_LAYOUTS = ("single", "ulysses2", "ring2", "ulysses4", "ring4", "ring2xulysses2", "ulysses2any", "ring2any",
+                   "tp2", "tp4")
+FULL_LAYOUTS = (*DEFAULT_LAYOUTS, "ulysses4any", "ulysses3any", "ring2alltoall", "ring2xulysses2any", "tp3",
+                "tp2+ulysses2", "tp2+ring2",
+                "dp2", "dp2xulysses2", "dp2xring2", "tcp2", "tcp2alltoall", "tcp4", "tcp4alltoall", "tcp2lb",
+                "dp2xtcp2")
 
-_CP = r"(?:ring(?P<rx>\d+)xulysses(?P<ux>\d+)|ulysses(?P<u>\d+)(?P<uany>any)?|ring(?P<r>\d+)(?P<rany>any)?)"
+_CP = (r"(?:ring(?P<rx>\d+)xulysses(?P<ux>\d+)(?P<xany>any)?|ulysses(?P<u>\d+)(?P<uany>any)?"
+       r"|ring(?P<r>\d+)(?P<rany>any)?(?P<rrotate>alltoall)?)")
 _TCP = r"tcp(?P<t>\d+)(?P<rotate>alltoall)?(?P<lb>lb)?"
 _PATTERN = re.compile(rf"^(?:(?P<single>single)|tp(?P<tp>\d+)(?:\+{_CP})?"
                       rf"|dp(?P<dp>\d+)(?:x(?:{_CP.replace('?P<', '?P<d_')}|{_TCP.replace('?P<', '?P<e_')}))?"
                       rf"|{_CP.replace('?P<', '?P<c_')}|{_TCP})$")
-FORMS = ("single, ulyssesN, ulyssesNany, ringN, ringNany, ringRxulyssesU, tpN, tpN+ulyssesM, tpN+ringM, dpN, "
+FORMS = ("single, ulyssesN, ulyssesNany, ringN, ringNany, ringNalltoall, ringRxulyssesU, ringRxulyssesUany, tpN, "
+         "tpN+ulyssesM, tpN+ringM, dpN, "
          "dpNx<any of the context-parallel forms>, tcpN, tcpNalltoall, tcpNlb (PyTorch's context parallelism), "
          "dpNxtcpM (N, M >= 2)")
 
@@ -42,7 +52,7 @@ class Layout:
     anything: bool = False
     dp: int = 1
     torch_cp: int = 1  # PyTorch's context parallelism (`context_parallel`), not diffusers'
-    rotate: str = "allgather"  # its K/V rotation (`set_rotate_method`)
+    rotate: str = "allgather"  # the ring's K/V rotation: PyTorch's `set_rotate_method`, diffusers' `rotate_method`
     load_balance: bool = False  # its `_cp_options.enable_load_balance` (PyTorch's default is on)
 
     @property
@@ -91,8 +101,11 @@ class Layout:
         if missing is not None:
             raise HarnessError(f"layout {self.name}: {missing}")
         cp = tp = None
-        if self.is_context_parallel:
-            options = {"ring_degree": self.ring, "ulysses_degree": self.ulysses}
+        if self.is_context_parallel:  # the degrees a user writes: diffusers fills in the other (1)
+            options = {name: degree for name, degree in (("ring_degree", self.ring), ("ulysses_degree", self.ulysses))
+                       if degree > 1}
+            if self.rotate != "allgather" and self.ring > 1:
+                options["rotate_method"] = self.rotate
             if self.anything and self.ulysses > 1:
                 options["ulysses_anything"] = True
             if self.anything and self.ring > 1:
@@ -120,7 +133,8 @@ def parse_layout(name: str) -> Layout:
         raise HarnessError(f"layout {name!r}: every degree must be at least 2")
     ring = degrees.get("r", degrees.get("rx", 1))
     ulysses = degrees.get("u", degrees.get("ux", 1))
-    anything = bool(groups.get("uany") or groups.get("rany"))
+    anything = bool(groups.get("uany") or groups.get("rany") or groups.get("xany"))
     return Layout(name, ring=ring, ulysses=ulysses, tp=degrees.get("tp", 1), anything=anything,
-                  dp=degrees.get("dp", 1), torch_cp=degrees.get("t", 1), rotate=groups.get("rotate", "allgather"),
+                  dp=degrees.get("dp", 1), torch_cp=degrees.get("t", 1),
+                  rotate=groups.get("rotate", groups.get("rrotate", "allgather")),
                   load_balance=bool(groups.get("lb")))

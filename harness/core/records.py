@@ -81,17 +81,21 @@ class GroupSpec:
     baselines: str | None = None  # a folder the run's launches share single-device baselines through (None: none)
     compile_cache: str | None = None  # Inductor's cache folder for the ranks (None: Inductor's default)
     checkpoints: str | None = None  # the run's checkpoint folders for the from_pretrained loads (harness.core.loads)
+    # `--coverage`: the folder each rank writes its coverage data to, and the source files it measures
+    coverage_dir: str | None = None
+    coverage_files: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"workdir": self.workdir, "references": self.references, "images_dir": self.images_dir,
                 "cases": [case.to_dict() for case in self.cases], "baselines": self.baselines,
-                "compile_cache": self.compile_cache, "checkpoints": self.checkpoints}
+                "compile_cache": self.compile_cache, "checkpoints": self.checkpoints,
+                "coverage_dir": self.coverage_dir, "coverage_files": list(self.coverage_files)}
 
     @classmethod
     def from_dict(cls, data: dict) -> GroupSpec:
         return cls(data["workdir"], data["references"], data.get("images_dir"),
                    [Case.from_dict(case) for case in data["cases"]], data.get("baselines"), data.get("compile_cache"),
-                   data.get("checkpoints"))
+                   data.get("checkpoints"), data.get("coverage_dir"), list(data.get("coverage_files") or []))
 
 
 @dataclass

@@ -37,7 +37,7 @@ class RankContext:
     def reference(self, case: Case) -> Reference:
         key = (case.model, case.shape, case.kind, case.weights_dir)
         if key not in self.references:
-            path = reference_path(self.root, case.model, case.shape, case.kind)
+            path = reference_path(self.root, case.model, case.shape, kind_of(case.kind).reference_kind)
             with self.phase("reference loading"):
                 self.references[key] = read_reference(path, kind_of(case.kind).reference_hash(case))
         return self.references[key]
@@ -63,7 +63,7 @@ class RankContext:
         """diffusers' own `enable_parallelism` (unless the model's load gave `from_pretrained` the config), then
         what the kind adds on the mesh (the data-parallel engine). PyTorch's context parallelism is not applied
         here: it wraps the run (`torch_context_parallel`)."""
-        mesh = self.mesh(case.layout)
+        mesh = None if built.own_mesh else self.mesh(case.layout)
         config = None if load_of(case.load).checkpoint else case.layout.diffusers_config(mesh)
         if config is not None:
             built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)

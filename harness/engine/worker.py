@@ -20,10 +20,12 @@ import torch.distributed as dist
 from harness.core import determinism, events
 from harness.core.errors import traceback_text
 from harness.core.records import NODE_ENV, STACKS_SIGNAL, Case, CaseRecord, GroupSpec
+from harness.engine import tracer as tracing
 from harness.engine.baselines import Baselines
 from harness.engine.casework import measure, run_case
 from harness.engine.context import RankContext
 from harness.engine.localization import localize_case
+from harness.engine.tracer import Tracer
 from harness.kinds import kind_of
 from harness.rank import backends, cpu
 
@@ -31,8 +33,8 @@ from harness.rank import backends, cpu
 class Worker:
     """One rank's loop over its group's cases and the events that tell the launcher what happened."""
 
-    def __init__(self, group: GroupSpec, rank: int, world_size: int):
-        self.group, self.rank, self.world_size = group, rank, world_size
+    def __init__(self, group: GroupSpec, rank: int, world_size: int, tracer: Tracer | None = None):
+        self.group, self.rank, self.world_size, self.tracer = group, rank, world_size, tracer
         local_rank = int(os.environ.get("LOCAL_RANK", rank))  # the device on this node, whatever the node
         device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}") if torch.cuda.is_available() \
             else torch.device("cpu")
@@ -64,6 +66,7 @@ class Worker:
                 error = self.error(case, exc)
             finally:
                 backends.reset_active_backend()
+            self.save_coverage(case)
             gathered = [None] * self.world_size
             seconds = info["seconds"] if info else None
             compared = kind_of(case.kind).comparable(output) if error is None else None  # converted once, for both uses
@@ -89,6 +92,7 @@ class Worker:
             error = self.error(case, exc)
         finally:
             backends.reset_active_backend()
+        self.save_coverage(case)
         errors = [None] * self.world_size
         dist.all_gather_object(errors, error)
         if self.rank == 0:
@@ -99,6 +103,13 @@ class Worker:
             else:
                 self.report(CaseRecord(case.case_id, seconds=time.perf_counter() - started,
                                        metrics={"localization": found.to_dict()}))
+
+    def save_coverage(self, case: Case) -> None:
+        """`--coverage`: the rank's data saved before the case's gathers, after its launch's last case (and now and
+        then): no rank passes the gather before every rank has saved, and the launcher ends the ranks once rank 0
+        has reported the last case."""
+        if self.tracer is not None:
+            self.tracer.after_case(last=case is self.group.cases[-1])
 
     def rank_differences(self, mine: torch.Tensor | None, gathered: list[dict]) -> list[float | None]:
         """Every rank's output against rank 0's (max abs difference; None for a different shape). In diffusers every
@@ -187,13 +198,15 @@ def main(argv: list[str] | None = None) -> int:
         with open(Path(group.workdir) / f"rank{rank}.jsonl", "a") as written:
             written.write(events.to_line(event) + "\n")
 
+    tracer = None
     try:
+        tracer = tracing.start(group)  # before the shims below import diffusers
         determinism.quiet_diffusers()
         determinism.strict_fp32()
         cpu.apply()
         backends.install_dispatch_counters()
         rank, world_size = init_distributed()
-        worker = Worker(group, rank, world_size)
+        worker = Worker(group, rank, world_size, tracer)
         worker.emit(events.Hello(rank, time.time(), os.getpid(), int(os.environ.get(NODE_ENV, 0)),
                                  socket.gethostname()))
     except Exception as error:
@@ -208,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         try:
             dist.destroy_process_group()
+            if tracer is not None:
+                tracer.stop()
         except Exception as error:
             fatal("cleanup", error)
             raise

@@ -45,6 +45,9 @@ class Built:
     # the output is whole on every rank already, e.g. a train case's losses and gathered gradients)
     torch_cp_buffers: Callable[[], dict] | None = None
     torch_cp_output_dim: int | None = None
+    # diffusers builds the device mesh itself (no `mesh=`), as `enable_parallelism(config=ContextParallelConfig(...))`
+    # in a user's script does; otherwise the launch's mesh, built once, is passed
+    own_mesh: bool = False
 
     def run_recorded(self, recording) -> Any:
         """`run` once, with `recording` (harness.rank.recorder) around the part the proof covers."""
@@ -114,6 +117,12 @@ class Kind:
     cost_s: float = 0.4  # rough seconds of one case on one rank, to balance the parts of `--shard K/N`
     torch_context_parallel: bool = False  # whether its cases run under PyTorch's context parallelism (tcp layouts)
     compiles: bool = True  # its module runs under torch.compile's modes (harness.core.modes); False: SKIP there
+    references: str = ""  # the kind whose reference files its cases read ("": its own)
+
+    @property
+    def reference_kind(self) -> str:
+        """The kind named in the paths of its cases' references (harness.core.reference.reference_path)."""
+        return self.references or self.name
 
     def all_options(self) -> list[Option]:
         """Its options and its limits table, owned by it (their flat keys `<kind>_<name>`)."""

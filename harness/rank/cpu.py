@@ -13,6 +13,8 @@ import torch
 from harness.core import compat
 
 _applied = False
+# The functions of diffusers the shims stand in for on CPU (their own bodies then never run here: coverage says so).
+NATIVE_FLASH_OPS = ("_native_flash_attention_forward_op", "_native_flash_attention_backward_op")
 
 
 def needed() -> bool:
@@ -79,11 +81,20 @@ def _native_flash_ops_on_cpu() -> None:
     # `_scaled_dot_product_flash_attention_for_cpu`, which returns it too. diffusers' ring and merge code is unchanged.
     from diffusers.models import attention_dispatch as dispatch
 
-    forward, backward = dispatch._native_flash_attention_forward_op, dispatch._native_flash_attention_backward_op
+    forward, backward = (getattr(dispatch, name) for name in NATIVE_FLASH_OPS)
     if getattr(forward, "_harness_cpu_shim", False):
         return
-    dispatch._native_flash_attention_forward_op = _cpu_flash_forward(forward)
-    dispatch._native_flash_attention_backward_op = _cpu_flash_backward(backward)
+    setattr(dispatch, NATIVE_FLASH_OPS[0], _cpu_flash_forward(forward))
+    setattr(dispatch, NATIVE_FLASH_OPS[1], _cpu_flash_backward(backward))
+
+
+def replaced() -> dict[tuple[str, str], str]:
+    """(module, function) of diffusers that the shims stand in for on this machine, and why."""
+    if not needed() or not compat.has("native_flash_ops"):
+        return {}
+    why = ("its aten op (_scaled_dot_product_flash_attention) has no CPU kernel: on this machine the harness's CPU "
+           "shim stands in for it (harness/rank/cpu.py)")
+    return {("diffusers.models.attention_dispatch", name): why for name in NATIVE_FLASH_OPS}
 
 
 def _cpu_flash_forward(original):

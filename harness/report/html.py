@@ -19,6 +19,7 @@ from harness.core.header import RunHeader
 from harness.core.results import CaseResult, Status
 from harness.report import axes
 from harness.report.assets import page
+from harness.report.coverage import coverage_section
 from harness.report.data import BAD, STATUSES, load, ordered_statuses, plain, status_counts, unique
 from harness.report.detail import badge
 from harness.report.embed import encode, script_tag
@@ -68,6 +69,7 @@ def render_page(header: RunHeader, cases: list[CaseResult]) -> str:
         '<section id="details" hidden><h2>Opened cases</h2><div id="opened"></div></section>',
         _lists(lists, cases),
         _matrix(cases),
+        coverage_section(header),
         _environment(header, cases),
         script_tag(encode(cases, lists.groups())),
     ])

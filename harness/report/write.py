@@ -9,6 +9,7 @@ from pathlib import Path
 from harness.core.header import RunHeader
 from harness.core.results import CaseResult, write_results
 from harness.report import matrix
+from harness.report.coverage import summary_line
 from harness.report.html import render_html
 
 
@@ -23,6 +24,8 @@ def write_reports(report_dir: Path, results: list[CaseResult], header: dict) -> 
                   "runs them", ""]
     if typed.version_mismatch:
         lines += [f"> {typed.version_mismatch}", ""]
+    if summary_line(header):
+        lines += [f"Coverage: {summary_line(header)} (`index.html#coverage`)", ""]
     text = matrix.markdown(results, lines)
     (report_dir / "matrix.md").write_text(text)
     render_html(report_dir)

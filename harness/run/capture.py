@@ -54,7 +54,8 @@ def ensure_references(cases, root: Path, echo: Callable[[str], None], capture_mi
     """Capture what is missing (and say so), then verify every reference (checksum, schema, config, and that it
     fits the settings, e.g. the number of training steps) before anything launches. Returns each reference's
     metadata by (model, shape, kind)."""
-    needed = {(case.model, case.shape, case.kind): case for case in cases}  # one case speaks for its reference
+    # one case speaks for its reference (a kind may read another kind's: `Kind.references`)
+    needed = {(case.model, case.shape, kind_of(case.kind).reference_kind): case for case in cases}
     missing = sorted(key for key in needed if not reference_path(root, key[0], key[1], kind=key[2]).exists())
     if missing and not capture_missing:
         paths = ", ".join(str(reference_path(root, m, s, kind=k)) for m, s, k in missing)
@@ -65,16 +66,16 @@ def ensure_references(cases, root: Path, echo: Callable[[str], None], capture_mi
         determinism.quiet_diffusers()
     for key in missing:
         case = needed[key]
-        kind = kind_of(case.kind)
+        kind = kind_of(key[2])
         options = kind.capture_options(settings) if settings is not None else {}
         path, _ = kind.capture(case.model, case.shape, root, weights_dir=case.weights_dir, **options)
         echo(f"captured {path}")
     metas = {}
     for key in sorted(needed):
         case, path = needed[key], reference_path(root, key[0], key[1], kind=key[2])
-        read_reference(path, kind_of(case.kind).reference_hash(case))
+        read_reference(path, kind_of(key[2]).reference_hash(case))
         metas[key] = read_meta(path)
-        stale = kind_of(case.kind).stale(metas[key], settings) if settings is not None else None
+        stale = kind_of(key[2]).stale(metas[key], settings) if settings is not None else None
         if stale is not None:
             raise HarnessError(f"reference {path} {stale}")
     return metas

@@ -12,6 +12,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.core import coverage
 from harness.core.errors import HarnessError
 from harness.core.header import RunHeader
 from harness.core.results import CaseResult, cases_of
@@ -130,6 +131,8 @@ def _header(parts: list[Part], results: list[CaseResult]) -> RunHeader:
                                      f"{part.shard['count']}", "cases": len(part.results),
                                      "wall_s": part.header.wall_s} for part in parts])
     header.time_breakdown = time_breakdown(results, startups, sum(part.header.wall_s for part in parts))
+    covered = coverage.merge([found for part in parts if (found := coverage.read(part.header.to_dict()))])
+    header.coverage = covered.to_dict() if covered is not None else None
     return header
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
@@ -21,6 +22,8 @@ from harness.rank import backends as backend_info
 from harness.rank import cpu as cpu_shims
 from harness.run import launchers
 from harness.run.launchers import Capacity
+
+HEADS = ("num_attention_heads", "audio_num_attention_heads")  # the head counts of a spec's config that attention splits
 
 
 @dataclass(frozen=True)
@@ -134,38 +137,76 @@ def load_skip(case: Case, spec, model_class) -> str | None:
 
 def predicted_refusal(case: Case) -> Refusal | None:
     """What diffusers is expected to refuse, known before launch: a tensor-parallel combination it guards against
-    (harness.catalogue.tp_guards, read from its own code), a backend its registry does not list as context-parallel
-    capable, or a sequence (or head count) that plain ring/Ulysses cannot split evenly."""
+    (harness.catalogue.tp_guards, read from its own code), a tensor-parallel degree that does not divide the heads, a
+    context-parallel config its validation refuses, a backend its registry does not list as context-parallel
+    capable, a head count Ulysses-anything cannot pad, or a sequence (or head count) that plain ring/Ulysses cannot
+    split evenly."""
     from harness.catalogue import tp_guards
 
     guard = tp_guards.guarding(case.load)
     if guard is not None:
         return Refusal(f"diffusers refuses {guard.what} with tensor parallelism ({guard.where})", (guard.error,),
                        checked=True)
-    layout = case.layout
+    layout, spec = case.layout, get_spec(case.model)
+    heads = {key: spec.config[key] for key in HEADS if key in spec.config}
+    if layout.tp > 1 and heads.get("num_attention_heads", 0) % layout.tp:
+        return Refusal(f"num_attention_heads {heads['num_attention_heads']} not divisible by the tensor-parallel "
+                       f"degree {layout.tp}", ("must divide the number of attention heads",))
     if not layout.is_context_parallel:
         return None
+    refused = config_refusal(layout)
+    if refused is not None:
+        return refused
     if not backend_info.supports_context_parallel(case.backend):
         return Refusal(f"diffusers does not register backend {case.backend!r} as context-parallel capable",
                        ("does not support context parallelism",))
+    if layout.anything:
+        return unpaddable_heads(heads, layout.ulysses)
     lengths = kind_of(case.kind).split_lengths(case)
-    if layout.anything or lengths is None:  # the *any layouts take uneven lengths; unknown lengths: diffusers decides
+    if lengths is None:  # unknown lengths: diffusers decides
         return None
-    spec, degree = get_spec(case.model), layout.ring * layout.ulysses
+    degree = layout.ring * layout.ulysses
     reasons, texts = [], []
     uneven = [f"{name} {length}" for name, length in lengths.items() if length % degree]
     if uneven:
         reasons.append(f"{', '.join(uneven)} not divisible by the context-parallel degree {degree}")
         texts.append("must be divisible by mesh size")
-    heads = [f"{key} {spec.config[key]}" for key in ("num_attention_heads", "audio_num_attention_heads")
-             if key in spec.config and spec.config[key] % layout.ulysses]
-    if heads:  # diffusers' Ulysses all-to-all then fails in a reshape, without a message of its own
-        reasons.append(f"{', '.join(heads)} not divisible by the Ulysses degree {layout.ulysses}")
+    uneven_heads = [f"{key} {count}" for key, count in heads.items() if count % layout.ulysses]
+    if uneven_heads:  # diffusers' Ulysses all-to-all then fails in a reshape, without a message of its own
+        reasons.append(f"{', '.join(uneven_heads)} not divisible by the Ulysses degree {layout.ulysses}")
         texts.append("is invalid for input of size")
     if not reasons:
         return None
     return Refusal("; ".join(reasons) + " (plain ring/Ulysses split evenly; the *any layouts do not need it)",
                    tuple(texts))
+
+
+def unpaddable_heads(heads: dict[str, int], degree: int) -> Refusal | None:
+    """Ulysses-anything pads the heads up to a multiple of the degree, but only by fewer heads than each rank then
+    holds (diffusers asserts it: 4 heads over 3 ranks would pad 2 for 2 a rank); the *any layouts take any
+    sequence length."""
+    for key, count in heads.items():
+        pad = (degree - count % degree) % degree
+        if pad and pad >= (count + pad) // degree:
+            return Refusal(f"{key} {count} over the Ulysses degree {degree}: Ulysses-anything would pad {pad} heads "
+                           f"for {(count + pad) // degree} a rank, and pads fewer only",
+                           ("should be less than new local head num",))
+    return None
+
+
+@functools.cache
+def config_refusal(layout: Layout) -> Refusal | None:
+    """The installed diffusers' own refusal of a context-parallel layout's config (`ContextParallelConfig`'s
+    validation, asked without a process group), or None when it accepts it. Tensor-parallel combinations are left to
+    `enable_parallelism` (their refusal is a known issue of the releases that refuse them)."""
+    if layout.tp > 1 or layout.is_torch_context_parallel:
+        return None
+    try:
+        layout.diffusers_config()
+    except (ValueError, NotImplementedError) as error:
+        message = backend_info.first_line(error)
+        return Refusal(f"diffusers' ContextParallelConfig refuses {layout.name}: {message}", (message,))
+    return None
 
 
 def check_weights(folder: str | None) -> None:

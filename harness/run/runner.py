@@ -18,9 +18,11 @@ from harness.core.modes import EAGER, MODES
 from harness.core.records import GroupSpec, Localization, Outcome
 from harness.core.reference import reference_path
 from harness.core.results import CaseResult, Status, write_results
+from harness.kinds import kind_of
 from harness.report import matrix
 from harness.report.images import prune_images
 from harness.report.write import write_reports
+from harness.run import coverage as coverage_run
 from harness.run import handover, partial, shards, timing
 from harness.run.capture import ensure_references
 from harness.run.checkpoints import FOLDER, write_checkpoints
@@ -92,6 +94,8 @@ class _Run:
     done: dict[str, CaseResult] = field(default_factory=dict)  # finished cases, kept ones included
     issues: list = field(default_factory=list)  # known_issues.toml's entries
     versions: dict = field(default_factory=dict)  # this run's environment and the references' (`_versions`)
+    measure: coverage_run.Measure | None = None  # `--coverage`: what the ranks measure
+    kept: int = 0  # cases `--resume` kept from the interrupted run (not run, so not measured, by this one)
 
     @property
     def report_dir(self) -> Path:
@@ -116,13 +120,14 @@ class _Run:
             echo(f"{', '.join(compiled)}: the plan's compile slice only, {sum(p.case.mode != EAGER for p in plan)} "
                  f"case(s) (--compile-cases '*' compiles every case of the plan; --modes all runs every mode)")
         refusals = {p.case.case_id: p.expected_refusal for p in plan if p.expected_refusal is not None}
-        kept = len(done)
+        kept = self.kept = len(done)
+        self.measure = coverage_run.prepare(settings.coverage, report_dir / WORKDIR)
         try:
-            stats = _launch_all(todo, settings, report_dir, self.issues, refusals, done, echo)
+            stats = _launch_all(todo, settings, report_dir, self.issues, refusals, done, echo, self.measure)
             localizing = time.monotonic()
             _localize_all([case for case in todo
                            if _to_localize(done[case.case_id], settings.localize, localize_failures)],
-                          settings, report_dir, done, echo)
+                          settings, report_dir, done, echo, self.measure)
             return self.finish(stats, time.monotonic() - localizing)
         except KeyboardInterrupt:
             before = f", {kept} kept from before" if kept else ""
@@ -162,6 +167,10 @@ class _Run:
         settings, echo, report_dir = self.settings, self.echo, self.report_dir
         results = self.results()
         header = self.header(results, stats, localize_s)
+        if self.measure is not None:  # read once, from every rank process's data, before the work folder goes
+            measured = coverage_run.report(self.measure, results, self.versions["environment"], self.kept)
+            header.coverage = measured.to_dict()
+            echo(measured.summary())
         if settings.plan == "full" and header.known_issues_unmatched:  # the full plan is what the entries are for
             echo(f"note: {len(header.known_issues_unmatched)} known-issue entries matched no case of the full plan "
                  f"(remove or fix them): {'; '.join(header.known_issues_unmatched)}")
@@ -231,14 +240,15 @@ def _to_localize(result: CaseResult, every: bool, failures: bool = True) -> bool
     return every and numbers
 
 
-def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo) -> None:
+def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo,
+                  measure: coverage_run.Measure | None = None) -> None:
     """Rerun the cases to find where each breaks (one launch per world size); the status stays what it was."""
     if not cases:
         return
     echo(f"localizing {len(cases)} case(s): where each first leaves the single-device run")
     checkpoints = report_dir / WORKDIR / FOLDER  # the run's own, kept for this (a failed case keeps the work folder)
-    group = GroupSpec("", str(settings.path("references")), None, [],
-                      checkpoints=str(checkpoints) if checkpoints.is_dir() else None)
+    group = _measured(GroupSpec("", str(settings.path("references")), None, [],
+                                checkpoints=str(checkpoints) if checkpoints.is_dir() else None), measure)
 
     def on_outcome(outcome: Outcome) -> None:
         result, record = done[outcome.case.case_id], outcome.record
@@ -259,7 +269,7 @@ def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo)
 
 
 def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: dict, done: dict,
-                echo) -> GroupStats:
+                echo, measure: coverage_run.Measure | None = None) -> GroupStats:
     workdir = report_dir / WORKDIR
     shutil.rmtree(workdir, ignore_errors=True)
     total, stats = len(done) + len(cases), GroupStats()  # cases kept by --resume count as done
@@ -268,6 +278,7 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
                       baselines=str(workdir / "baselines"),
                       compile_cache=str(settings.path("compile_cache")) if settings.compile_cache else None,
                       checkpoints=str(checkpoints) if checkpoints else None)
+    group = _measured(group, measure)
     launcher = launcher_from(settings)
     with open(report_dir / PARTIAL, "a") as partial, _shared(launcher.nnodes, workdir) as shared:
         nodes = Nodes(launcher, _capacity(settings), shared)
@@ -293,6 +304,13 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
     return stats
 
 
+def _measured(group: GroupSpec, measure: coverage_run.Measure | None) -> GroupSpec:
+    """The group's ranks measure coverage into the run's folder (`--coverage`), or nothing."""
+    if measure is None:
+        return group
+    return replace(group, coverage_dir=str(measure.folder), coverage_files=measure.files)
+
+
 def _shared(nnodes: int, workdir: Path):
     """Node 0's side of a run over several nodes (the others follow it through `workdir`); nothing on one host."""
     import contextlib
@@ -303,8 +321,8 @@ def _shared(nnodes: int, workdir: Path):
 def _auto_timeout(cases, root: Path) -> float:
     """300 s, plus 60 s per GB of the largest reference's weights: a wide margin, since a hang is found by the
     stall detection (harness.run.launch) long before; this bound is for a group that spins without progress."""
-    sizes = [reference_path(root, c.model, c.shape, c.kind).stat().st_size for c in cases
-             if reference_path(root, c.model, c.shape, c.kind).exists()]
+    paths = [reference_path(root, c.model, c.shape, kind_of(c.kind).reference_kind) for c in cases]
+    sizes = [path.stat().st_size for path in paths if path.exists()]
     return 300.0 + 60.0 * max(sizes, default=0) / 2**30
 
 

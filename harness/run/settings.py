@@ -101,6 +101,9 @@ class Settings:
     budget_max_factor: float = _option(1.5, "Low precision: most a layout may multiply the dtype's own max error by.")
     localize: bool = _option(False, "Find where every case that ran breaks (the first module whose output leaves "
                                     "the single-device run's), not only the FAIL cases.")
+    coverage: bool = _option(False, "Run every rank under coverage.py and report which statements of diffusers' "
+                                    "parallel code the plan executed, per module and function, each one never "
+                                    "executed with its reason (the page, matrix.md, results.json).")
     keep_work: bool = _option(False, "Keep <report-dir>/work (each launch's torchrun log, rank events and the shared "
                                      "baselines) after a run in which every case ended well; it is kept anyway "
                                      "when one failed.")

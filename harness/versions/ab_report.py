@@ -15,6 +15,7 @@ from harness.core.figures import PARITY, SINGLE_DEVICE, with_role
 from harness.core.results import CaseResult, Status
 from harness.report.compare import changed_markdown
 from harness.report.compare_page import compare_runs
+from harness.versions import ab_coverage
 from harness.versions.sides import key_figure, results, status_line, tally
 
 MOST_REPROS = 20  # scripts written per side; more FAILs are listed by the matrix
@@ -28,7 +29,9 @@ class Report:
 
 def write(report_dir: Path, envs: dict, captured: list[str], timings: dict) -> Report:
     comparison = compare_runs(report_dir / "base", report_dir / "head", out_dir=report_dir)
-    cases = {side: results(report_dir / side)[1] for side in ("base", "head")}
+    read = {side: results(report_dir / side) for side in ("base", "head")}
+    cases = {side: read[side][1] for side in read}
+    coverage = ab_coverage.compare(read["base"][0], read["head"][0])
     single = single_device(cases["base"], cases["head"])
     parity = {side: parity_of(cases[side]) for side in cases}
     repros = {side: write_repros(report_dir, side, envs[side], cases[side]) for side in cases}
@@ -37,13 +40,14 @@ def write(report_dir: Path, envs: dict, captured: list[str], timings: dict) -> R
                f"{single['verdict']}; parallel: base {parity['base']['tally'] or 'none'}, head "
                f"{parity['head']['tally'] or 'none'}")
     markdown = _markdown(summary, comparison, single, parity, repros, labels, captured, timings)
+    markdown += coverage.markdown
     (report_dir / "matrix.md").write_text(markdown, encoding="utf-8")
-    (report_dir / "index.html").write_text(_page(summary, comparison, single, parity, repros, labels),
-                                           encoding="utf-8")
+    (report_dir / "index.html").write_text(_page(summary, comparison, single, parity, repros, labels)
+                                           + ab_coverage.page_section(coverage), encoding="utf-8")
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as handle:
             handle.write(markdown + "\n")
-    lines = [summary, *_terminal(comparison, cases, single, parity, repros, captured)]
+    lines = [summary, *_terminal(comparison, cases, single, parity, repros, captured), *coverage.lines]
     lines.append(f"wrote {report_dir / 'index.html'}, {report_dir / 'matrix.md'}, {comparison.page}"
                  + ("; exit 1: a case newly fails" if comparison.exit_code else ""))
     lines.append("time: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items()))

@@ -14,6 +14,8 @@ from harness.core.layouts import DEFAULT_LAYOUTS, parse_layout
         ("tp2", 1, 1, 2, 2, False),
         ("ulysses2any", 1, 2, 1, 2, True),
         ("ring2any", 2, 1, 1, 2, True),
+        ("ring2xulysses2any", 2, 2, 1, 4, True),
+        ("ring2alltoall", 2, 1, 1, 2, False),
     ],
 )
 def test_parse_layout(name, ring, ulysses, tp, world_size, anything):
@@ -29,7 +31,7 @@ def test_bad_layout_names_list_valid_forms(name):
 
 
 def test_default_layouts_parse():
-    assert [parse_layout(name).world_size for name in DEFAULT_LAYOUTS] == [1, 2, 2, 4, 4, 4, 2, 4]
+    assert [parse_layout(name).world_size for name in DEFAULT_LAYOUTS] == [1, 2, 2, 4, 4, 4, 2, 2, 2, 4]
 
 
 def test_diffusers_configs():
@@ -42,6 +44,26 @@ def test_diffusers_configs():
     assert isinstance(parse_layout("tp4").diffusers_config(), TensorParallelConfig)
     assert parse_layout("single").diffusers_config() is None
     assert parse_layout("ring2").mesh_spec() == ((2, 1), ("ring", "ulysses"))
+    # the degrees a user writes, diffusers filling in the other
+    assert (config.ring_degree, config.ulysses_degree) == (2, 2)
+    assert parse_layout("ulysses2").diffusers_config().ring_degree == 1
+
+
+@pytest.mark.parametrize(("name", "refusal"), [
+    ("ring2alltoall", "Only rotate_method='allgather' is supported"),
+    ("ring2xulysses2any", "ulysses_anything cannot be enabled when ring_degree > 1"),
+])
+def test_layouts_whose_config_diffusers_refuses_are_expected_refusals(name, refusal):
+    """The plan asks the installed diffusers' validation: a refused config runs (--check-refusals) expecting
+    diffusers' own message, or is a SKIP saying it; an accepted one is no refusal."""
+    from harness.core.records import Case
+    from harness.run.plan import config_refusal, predicted_refusal
+
+    expected = predicted_refusal(Case("flux", parse_layout(name), "_native_flash", "fp32"))
+    assert expected is not None and expected.seen_in(refusal) is False and refusal in expected.reason
+    assert expected.seen_in(f"ValueError: {refusal}.") or expected.seen_in(
+        f"NotImplementedError: {refusal} for now, but got alltoall.")
+    assert config_refusal(parse_layout("ring2any")) is None and config_refusal(parse_layout("tp2+ulysses2")) is None
 
 
 @pytest.mark.parametrize(

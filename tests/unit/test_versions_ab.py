@@ -28,7 +28,7 @@ for name in rows.get("captures", []):
 out.mkdir(parents=True, exist_ok=True)
 (out / "args.json").write_text(json.dumps(args))
 (out / "found.json").write_text(json.dumps(found))
-(out / "results.json").write_text(json.dumps({"header": {}, "cases": rows["cases"]}))
+(out / "results.json").write_text(json.dumps({"header": rows.get("header", {}), "cases": rows["cases"]}))
 sys.exit(1 if any(case["status"] == "FAIL" for case in rows["cases"]) else 0)
 """
 
@@ -142,3 +142,22 @@ def test_a_real_run_shows_each_sides_parity_and_the_single_device_run_of_the_tra
     assert "  flux/single/native/fp32/tensor: base PASS max_abs_err=0; head PASS max_abs_err=0" in lines
     assert "| `flux/ulysses2/native/fp32/train (its single-device run)` | single_grad_err=0 | single_grad_err=0 |" \
         in (tmp_path / "ab/matrix.md").read_text()
+def test_with_coverage_the_report_names_parallel_code_the_head_adds_and_never_runs(tmp_path, sides):
+    from harness.core.coverage import UNKNOWN, CoverageReport, FunctionCoverage, Gap, ModuleCoverage
+
+    def measured(*functions) -> dict:
+        return {"coverage": CoverageReport("0.42.1", [ModuleCoverage("hooks/context_parallel.py", "hooks",
+                                                                     list(functions))]).to_dict()}
+
+    old = FunctionCoverage("apply_context_parallel", 80, 90, [81, 82], [81, 82])
+    new = FunctionCoverage("shard_sideways", 100, 110, [101, 102], [], [Gap([101, 102], UNKNOWN, "nothing")])
+    cases = [case(SINGLE, 0.0), case(ULYSSES, 2.4e-7, vs_single=2.4e-7)]
+    rows, _ = sides
+    rows.update(base={"cases": cases, "header": measured(old)}, head={"cases": cases, "header": measured(old, new)})
+    code, lines = run_ab(tmp_path)
+    said = "parallel code the plan never runs: hooks/context_parallel.py: shard_sideways (new in the head; 2 never"
+    assert code == 0 and any(line.startswith(said) for line in lines), lines
+    assert said in (tmp_path / "ab/matrix.md").read_text() and said in (tmp_path / "ab/index.html").read_text()
+    rows["head"]["header"] = measured(old)  # negative control: nothing added, nothing said
+    code, lines = run_ab(tmp_path)
+    assert not any("never runs" in line for line in lines)
