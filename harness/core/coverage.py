@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from harness.core.header import RunHeader
+
 # Why a statement never ran: each gap is one of these, in this order of precedence.
 CUDA_ONLY = "CUDA-only"  # a backend or device this machine lacks
 REFUSED = "refused by diffusers"  # diffusers' own refusal, and no case provokes it
@@ -146,9 +148,9 @@ def _tally(gaps) -> dict[str, int]:
     return counts
 
 
-def read(header: dict[str, Any]) -> CoverageReport | None:
+def read(header: RunHeader) -> CoverageReport | None:
     """The coverage of a run's header (None when the run did not measure it)."""
-    data = header.get("coverage")
+    data = header.coverage
     return CoverageReport.from_dict(data) if isinstance(data, dict) else None
 
 

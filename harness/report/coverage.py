@@ -10,7 +10,6 @@ the page script: the section is plain HTML (and its own small stylesheet), so it
 from __future__ import annotations
 
 from html import escape
-from typing import Any
 
 from harness.core.coverage import (
     CATEGORIES,
@@ -22,6 +21,7 @@ from harness.core.coverage import (
     percent,
     read,
 )
+from harness.core.header import RunHeader
 
 ANCHOR = "coverage"
 WHY_CHARS = 160  # a reason longer than this is cut on the page (results.json holds it whole)
@@ -33,13 +33,13 @@ STYLE = ("#coverage table.cases td.n{text-align:right}"
          "#coverage ul.gaps li{list-style:none;font-size:12.5px}")
 
 
-def summary_line(header: dict[str, Any]) -> str | None:
+def summary_line(header: RunHeader) -> str | None:
     """The one line matrix.md carries (None when the run measured no coverage)."""
     report = read(header)
     return None if report is None else report.summary()
 
 
-def coverage_section(header: dict[str, Any]) -> str:
+def coverage_section(header: RunHeader) -> str:
     """The section, or "" when the run measured no coverage."""
     report = read(header)
     if report is None:

@@ -131,7 +131,7 @@ def _header(parts: list[Part], results: list[CaseResult]) -> RunHeader:
                                      f"{part.shard['count']}", "cases": len(part.results),
                                      "wall_s": part.header.wall_s} for part in parts])
     header.time_breakdown = time_breakdown(results, startups, sum(part.header.wall_s for part in parts))
-    covered = coverage.merge([found for part in parts if (found := coverage.read(part.header.to_dict()))])
+    covered = coverage.merge([found for part in parts if (found := coverage.read(part.header))])
     header.coverage = covered.to_dict() if covered is not None else None
     return header
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from html import escape
 
 from harness.core.coverage import CoverageReport, FunctionCoverage, percent, read
+from harness.core.header import RunHeader
 
 
 @dataclass
@@ -24,7 +25,7 @@ class CoverageChanges:
         return "\n".join(["### Coverage of diffusers' parallel code", "", *(f"- {line}" for line in self.lines), ""])
 
 
-def compare(base_header: dict, head_header: dict) -> CoverageChanges:
+def compare(base_header: RunHeader, head_header: RunHeader) -> CoverageChanges:
     """The changes between two runs' coverage; nothing when neither side measured it, a line saying which side did
     not when only one did."""
     base, head = read(base_header), read(head_header)

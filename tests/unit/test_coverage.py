@@ -237,13 +237,20 @@ def report_of(executed: list[int], name: str = "shard_anything", extra: bool = F
                           processes=3)
 
 
+def _header(**given):
+    """A run's header as every reader gets it (typed, as results.json is read back)."""
+    from harness.core.header import RunHeader
+
+    return RunHeader.from_dict(given)
+
+
 def test_the_record_reads_back_whole_and_says_one_line():
     report = report_of([11])
-    again = read({"coverage": report.to_dict()})
+    again = read(_header(coverage=report.to_dict()))
     assert again == report
     assert report.summary() == ("diffusers 0.42.1 parallel code: 1/3 statements executed (33.3 %); 2 never: 1 not in "
                                 "this plan, 1 unknown")
-    assert read({}) is None
+    assert read(_header()) is None
 
 
 def test_the_views_carry_the_summary_and_link_every_function_to_its_lines(tmp_path):
@@ -252,10 +259,10 @@ def test_the_views_carry_the_summary_and_link_every_function_to_its_lines(tmp_pa
 
     header = {"environment": {"torch": "2.13", "diffusers": "0.42.1", "device": "cpu"},
               "coverage": report_of([11]).to_dict()}
-    section = coverage_section(header)
+    section = coverage_section(_header(**header))
     assert 'href="https://example.test/cp.py#L10-L20"' in section and "L12: the layout `ulysses2any`" in section
     assert "no such module" in section and "33.3 %" in section
-    assert coverage_section({}) == ""
+    assert coverage_section(_header()) == ""
     write_reports(tmp_path, [], header)
     assert "Coverage: diffusers 0.42.1 parallel code: 1/3" in (tmp_path / "matrix.md").read_text()
     assert 'id="coverage"' in (tmp_path / "index.html").read_text()
@@ -266,15 +273,16 @@ def test_the_views_carry_the_summary_and_link_every_function_to_its_lines(tmp_pa
 def test_ab_says_what_the_head_adds_that_the_plan_never_runs():
     from harness.versions.ab_coverage import compare
 
-    base, head = {"coverage": report_of([11, 12]).to_dict()}, {"coverage": report_of([11], extra=True).to_dict()}
+    base = _header(coverage=report_of([11, 12]).to_dict())
+    head = _header(coverage=report_of([11], extra=True).to_dict())
     lines = compare(base, head).lines
     assert lines[0] == "coverage: base 2/3 (66.7 %), head 1/5 (20.0 %)"
     assert any(line.startswith("parallel code the plan never runs: hooks/context_parallel.py: new_path (new in the "
                                "head; 2 never executed") for line in lines), lines
     assert "executed less: hooks/context_parallel.py: shard_anything (2 -> 1 of 3)" in lines
     assert compare(head, head).lines == ["coverage: base 1/5 (20.0 %), head 1/5 (20.0 %)"]  # nothing new, nothing lost
-    assert compare({}, head).lines == ["coverage: only the head measured it (run both sides with --coverage)"]
-    assert compare({}, {}).lines == []
+    assert compare(_header(), head).lines == ["coverage: only the head measured it (run both sides with --coverage)"]
+    assert compare(_header(), _header()).lines == []
 
 
 @pytest.mark.parametrize("value", [True, False])

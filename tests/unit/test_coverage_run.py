@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from harness.core.coverage import NOT_IN_PLAN, read
+from harness.core.header import RunHeader
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +27,7 @@ def run(project, layouts: str, out: str):
                           timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     header = json.loads((project / out / "results.json").read_text())["header"]
-    return done.stdout, read(header)
+    return done.stdout, read(RunHeader.from_dict(header))
 
 
 def function(report, module: str, name: str):
