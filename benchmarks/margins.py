@@ -1,5 +1,5 @@
-"""How close the passing parallel low-precision cases of a run come to their limits: per kind, dtype and limited figure, the
-tightest case (the margins table of docs/judging.md).
+"""How close the passing parallel low-precision cases of a run come to their limits: per kind, dtype and limited
+figure, the tightest case (the margins table of docs/judging.md).
 
     python benchmarks/margins.py reports/results.json [--dtypes bf16,fp16] [--markdown]
 

@@ -97,9 +97,21 @@ REACH = (
     Reach("*:*.backward", *TRAIN),
     Reach("models/attention_dispatch.py:*_backward_op", *TRAIN),
     Reach("hooks/context_parallel.py:remove_context_parallel", *REMOVAL),
+    Reach("hooks/tensor_parallel.py:apply_tensor_parallel", "the `neuron` tensor-parallel backend (AWS Neuron "
+          "devices)", inside="backend", category=CUDA_ONLY),
+    Reach("models/modeling_utils.py:ModelMixin.save_pretrained", "save_pretrained of a model before parallelism: "
+          "the harness saves the run's checkpoints in its parent process, once, before the launches, and --coverage "
+          "measures only the ranks"),
+    Reach("models/modeling_utils.py:ModelMixin.from_pretrained", "a TensorParallelConfig of degree 1 (nothing to "
+          "shard): every tensor-parallel layout has degree 2 or more", inside="tp_degree"),
+    Reach("models/modeling_utils.py:ModelMixin.from_pretrained", "parallel loading switched on "
+          "(HF_ENABLE_PARALLEL_LOADING) for a tensor-parallel load: the harness leaves it off",
+          inside="is_parallel_loading_enabled"),
+    Reach("models/modeling_utils.py:ModelMixin.from_pretrained", "a tensor-parallel load of a checkpoint in one "
+          "safetensors file: the harness saves its checkpoints sharded (a shard of one weight in another file than "
+          "the next's)", inside="tp_shard_specs"),
     Reach("models/modeling_utils.py:ModelMixin.from_pretrained", *PRETRAINED),
     Reach("models/modeling_utils.py:ModelMixin._load_pretrained_model", *PRETRAINED),
-    Reach("models/modeling_utils.py:ModelMixin.save_pretrained", *PRETRAINED),
     Reach("hooks/tensor_parallel.py:_hooks_only_styles", *PRETRAINED),
     Reach("hooks/tensor_parallel.py:_check_tp_weights_format", *PRETRAINED),
     Reach("hooks/tensor_parallel.py:apply_tensor_parallel", *PRETRAINED),
