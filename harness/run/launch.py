@@ -22,7 +22,7 @@ from harness.run import procs
 from harness.run.launchers import Capacity, Local, node_env
 from harness.run.nodes import SETTLE_S, NodeView, SharedRun
 from harness.run.procs import POLL_S
-from harness.run.stacks import rank_stacks, stuck_where
+from harness.run.stacks import rank_stacks, stuck_where, waiting_on_lock
 from harness.run.tail import LineTail
 
 # a rank's error, then no result from rank 0 and no CPU time used by any rank: the others are stuck in a collective
@@ -198,6 +198,7 @@ class _Launch:
         self.nodes = nodes or Nodes()
         self.watch = _Watch(folder, self.world_size)
         self.stacks: dict[int, str] = {}
+        self.lock_said: str | None = None  # the case a wait for a file lock was said of
         self.done: set[str] = set()
         (folder / "group.json").write_text(json.dumps(group.to_dict()))
 
@@ -244,9 +245,21 @@ class _Launch:
                 continue  # rank 0 reported the case after all: nothing is stuck
             if problem.stuck:
                 self.stacks = rank_stacks(self.folder, self.watch)
+                if problem is Problem.HUNG and waiting_on_lock(self.stacks):
+                    self._waiting_on_lock()
+                    continue
             self._blame(problem, process.poll())  # before the kill, which would make every rank look dead
             procs.kill_tree(process)
             return
+
+    def _waiting_on_lock(self) -> None:
+        """The ranks wait for a file lock another process holds (another run compiling into the same Inductor
+        cache): not a hang. Say so once per case and start the stall clock again; the case timeout bounds it."""
+        self.watch.progress = None
+        if self.echo is not None and self.lock_said != self.watch.current:
+            self.lock_said = self.watch.current
+            self.echo(f"  {self.watch.current}: every rank waits for a file lock another process holds (another run "
+                      "compiling into the same Inductor cache?); waiting, within the case timeout")
 
     def _say_up(self) -> None:
         """Once the ranks are up, say so; while another node has not joined after JOIN_NAG_S, say which, once."""

@@ -233,7 +233,7 @@ def caught(control: Control, by_id: dict) -> bool:
 
 def localize_selftest(settings: Settings, echo: Callable[[str], None] = print) -> int:
     """Each bug in exactly one module must be named first by localization (at least all but one of them), and the
-    clean twins must localize to nothing."""
+    clean twins must localize to no module."""
     limit = max_ranks(settings.cpu_max_ranks)
     plan, seen = [], set()
     for broken in LOCALIZE_CONTROLS:
@@ -251,11 +251,13 @@ def localize_selftest(settings: Settings, echo: Callable[[str], None] = print) -
         named += found
         echo(f"  {'named ' if found else 'MISSED'}  {broken.case.case_id:78s} {line}")
     clean = [r for r in summary.results if r.case_id in seen and axes.parse(r.case_id)["fault"] is None]
-    noisy = [r for r in clean if r.first_divergence and not r.first_divergence.startswith("none")]
+    # a clean twin may fail by a bug of diffusers' own (flux under tp2 trains its QK-norm weights per rank): what it
+    # must never do is name a module, as only the broken twin's bug may
+    noisy = [r for r in clean if r.first_divergence and not r.first_divergence.startswith(("none", "not localized"))]
     for result in noisy:
         echo(f"  NOISY   {result.case_id}: a clean case localized to {result.first_divergence}")
     ok = named >= len(LOCALIZE_CONTROLS) - 1 and not noisy
-    echo(f"named {named} of {len(LOCALIZE_CONTROLS)}; clean twins localized to nothing: {not noisy}")
+    echo(f"named {named} of {len(LOCALIZE_CONTROLS)}; clean twins localized to no module: {not noisy}")
     return 0 if ok else 1
 
 

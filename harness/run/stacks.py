@@ -3,6 +3,7 @@ TIMEOUT reason names where each rank is stuck."""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Callable
@@ -38,13 +39,32 @@ def rank_stacks(folder: Path, watch) -> dict[int, str]:
     return {rank: "\n".join(lines) + "\n" for rank, lines in written.items() if lines}
 
 
+def _main_frames(text: str) -> list[str]:
+    """The frame lines of the main thread's stack, innermost first (faulthandler prints the thread that took the
+    signal first, as 'Current thread', up to the next thread's block)."""
+    block = text.split("Current thread", 1)[-1] if "Current thread" in text else text
+    block = block.split("\nThread ", 1)[0]
+    return [line.strip() for line in block.splitlines() if line.strip().startswith("File ")]
+
+
+def _innermost(text: str) -> str | None:
+    return next(iter(_main_frames(text)), None)
+
+
+def waiting_on_lock(stacks: dict[int, str]) -> bool:
+    """Every rank waits inside a file lock's acquire (the `filelock` package: Inductor's and Triton's caches take
+    one). Another process holds it, typically another run compiling into the same Inductor cache: the group waits,
+    it is not hung; the case timeout still bounds the wait."""
+    inside = f"{os.sep}filelock{os.sep}"
+    return bool(stacks) and all(any(inside in frame for frame in _main_frames(text)) for text in stacks.values())
+
+
 def stuck_where(stacks: dict[int, str], name: Callable[[int], str] = "rank {}".format) -> str:
     """'; stuck: rank 0 in all_gather_object (distributed_c10d.py:3166), rank 1 in ...': the innermost frame of each
     rank's main thread (faulthandler prints the thread that took the signal first as 'Current thread')."""
     places = []
     for rank, text in sorted(stacks.items()):
-        block = text.split("Current thread", 1)[-1] if "Current thread" in text else text
-        frame = next((line.strip() for line in block.splitlines() if line.strip().startswith("File ")), None)
+        frame = _innermost(text)
         if frame is None:
             continue
         match = re.match(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)', frame)

@@ -82,7 +82,7 @@ def test_a_failing_train_case_is_its_failure_with_the_command_that_reruns_it(pyt
     output = ran.stdout.str()
     assert "TypeError" not in output
     ran.stdout.fnmatch_lines(["*flux/tp2/native/fp32/train: FAIL loss_err=* (limit 1e-05) weight_max_abs_err=* "
-                              "(limit 0.001): the ranks disagree on *",
+                              "(limit 0.001)*: the ranks disagree on *",
                               "*rerun alone: harness run --models flux --shapes default --layouts tp2 --backends "
                               "native --dtypes fp32 --kinds train"])
 

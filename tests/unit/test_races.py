@@ -370,3 +370,52 @@ def test_the_readme_commands_side_by_side_in_one_checkout_both_pass(project, zoo
     assert "3 passed" in tests.stdout
     assert len(read_results(project / "reports" / "results.json")[1]) == 3
     assert len(read_results(project / "reports" / "pytest" / "results.json")[1]) == 3
+
+
+WAITER = """
+import faulthandler, signal, sys, time
+faulthandler.register(signal.SIGUSR1, file=open(sys.argv[1], "w"), all_threads=True)
+if sys.argv[2] == "lock":
+    from filelock import FileLock
+    print("ready", flush=True)
+    FileLock(sys.argv[3]).acquire()
+else:
+    print("ready", flush=True)
+    time.sleep(600)
+"""
+
+
+def _stacks_of_a_process_that(how: str, tmp_path: Path) -> str:
+    """The faulthandler stacks (as a rank writes them) of a real process waiting for a held file lock, or asleep."""
+    out = tmp_path / f"{how}.stacks"
+    child = subprocess.Popen([sys.executable, "-c", WAITER, str(out), how, str(tmp_path / "cache.lock")],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        while True:  # until the child is inside the lock's poll or the sleep: its stack says so
+            child.send_signal(signal.SIGUSR1)
+            text = out.read_text() if out.exists() else ""
+            if ("filelock" in text) if how == "lock" else ("<module>" in text):
+                return text
+            threading.Event().wait(0.2)
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()
+
+
+def test_ranks_waiting_for_a_file_lock_another_process_holds_are_waiting_not_hung(tmp_path):
+    """Two runs side by side compile into one Inductor cache: one run's ranks wait for the other's cache lock using no
+    CPU time, which the stall check alone took for a hang (TIMEOUT in the README's second command). Their stacks
+    say so; a rank asleep or blocked elsewhere still reads as stuck."""
+    from filelock import FileLock
+
+    from harness.run.stacks import waiting_on_lock
+
+    with FileLock(str(tmp_path / "cache.lock")):
+        locked = _stacks_of_a_process_that("lock", tmp_path)
+    asleep = _stacks_of_a_process_that("sleep", tmp_path)
+    assert waiting_on_lock({0: locked, 1: locked})
+    assert not waiting_on_lock({0: locked, 1: asleep})  # one rank elsewhere: the group may be hung
+    assert not waiting_on_lock({0: asleep})
+    assert not waiting_on_lock({})
