@@ -24,8 +24,8 @@ def write_reports(report_dir: Path, results: list[CaseResult], header: dict) -> 
                   "runs them", ""]
     if typed.version_mismatch:
         lines += [f"> {typed.version_mismatch}", ""]
-    if summary_line(typed):
-        lines += [f"Coverage: {summary_line(typed)} (`index.html#coverage`)", ""]
+    if covered := summary_line(typed):
+        lines += [f"Coverage: {covered} (`index.html#coverage`)", ""]
     text = matrix.markdown(results, lines)
     (report_dir / "matrix.md").write_text(text)
     render_html(report_dir)
