@@ -16,6 +16,7 @@ from harness.core.loads import load_of
 from harness.core.modes import EAGER
 from harness.kinds.base import COMMON_CHECKS, Built, Check, Kind
 from harness.kinds.image import ImageKind
+from harness.kinds.refusal import RefusalKind
 from harness.kinds.removal import RemovalKind
 from harness.kinds.tensor import TensorKind
 from harness.kinds.train import TrainKind
@@ -61,7 +62,7 @@ def repro_template(case) -> tuple[str | None, str]:
     return template, "" if template is not None else kind.repro_refusal(case)
 
 
-for _kind in (TensorKind(), ImageKind(), TrainKind(), RemovalKind()):
+for _kind in (TensorKind(), ImageKind(), TrainKind(), RemovalKind(), RefusalKind()):
     register(_kind)
 for _module in filter(None, (name.strip() for name in os.environ.get(ENV, "").split(","))):
     try:

@@ -118,6 +118,7 @@ class Kind:
     torch_context_parallel: bool = False  # whether its cases run under PyTorch's context parallelism (tcp layouts)
     compiles: bool = True  # its module runs under torch.compile's modes (harness.core.modes); False: SKIP there
     references: str = ""  # the kind whose reference files its cases read ("": its own)
+    localizes: bool = True  # a FAIL is traced module by module (False: what fails is no module's output)
 
     @property
     def reference_kind(self) -> str:
@@ -154,6 +155,11 @@ class Kind:
     def applies(self, layout) -> bool:
         """Whether a case of this kind exists on `layout` at all (data parallelism splits a training batch only)."""
         return not layout.is_data_parallel
+
+    def crosses(self, case: Case) -> bool:
+        """Whether the case is in this kind's product at all: a kind whose question depends on no dtype or backend
+        runs one of each (the refusal kind), as a compiled mode runs only its slice. True by default."""
+        return True
 
     def skip_reason(self, case: Case) -> str | None:
         """Why this kind cannot run this particular case (a plan-time SKIP), or None."""

@@ -284,6 +284,8 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
                 for layout, *values in product(kind_layouts, *crossed.values()):
                     case = Case(spec.name, layout, kind=kind, shape=shape, fault=fault, weights_dir=folder,
                                 **dict(zip(crossed, values, strict=True)))
+                    if not kind_of(kind).crosses(case):
+                        continue
                     if case.mode != EAGER and not _in_slice(case, compile_cases):
                         continue
                     if case.load != ENABLE and not _in_load_slice(case, load_cases):

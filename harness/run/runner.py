@@ -233,6 +233,8 @@ def _no_parallel_ran(plan: list[PlannedCase], results: list[CaseResult]) -> bool
 def _to_localize(result: CaseResult, every: bool, failures: bool = True) -> bool:
     """Every FAIL (unless `failures` is off); with --localize every case that produced numbers (a known issue that
     failed numerically too)."""
+    if not kind_of(result.kind).localizes:
+        return False
     if result.status is Status.FAIL:
         return failures or every
     numbers = result.status in (Status.PASS, Status.XPASS) or (

@@ -103,6 +103,10 @@ CONTROLS = [
     Control("flux", "tp2", "native", "fp32", "tp_skip_allreduce", "transformer_blocks.0.attn.to_out.0: 0 all_reduce"),
     Control("flux", "ulysses2", "native", "fp32", "cp_attention_left_out",
             "missing: transformer_blocks.0.attn: 0 all_to_all, expected >= 8", "image"),
+    # What diffusers must refuse (harness.catalogue.refusals): a plan input named after no argument, accepted in
+    # silence, fails by the refusal it should have made; every other invalid input is still refused.
+    Control("flux", "ulysses2", "native", "fp32", "cp_plan_input_typo_ignored",
+            "diffusers accepted a `_cp_plan` input named after no argument", "refusal"),
     # The loads users take (from_pretrained with a parallel_config): a sharded loader that reads another rank's slice
     # fails the shard check by name (the numbers fail too); CP hooks that were never installed fail the communication
     # proof while the numbers pass (every rank computes the whole sequence).
