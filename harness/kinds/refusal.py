@@ -148,7 +148,7 @@ class RefusalKind(TensorKind):
                                                            f"message '{outcome['message']}': {observed}",
                                       outcome["name"]))
         refused = len(tried) - len(found)
-        result.figures = [REFUSED.of(refused, len(tried)), TRIED.of(len(tried)),
+        result.figures = [REFUSED.of(refused), TRIED.of(len(tried)),
                           LAYOUT_ABS.of(metrics["layout_max_abs"])]
         result.extra["blocks"] = [table("Invalid inputs", ["input", "what", "diffusers said"],
                                         [[outcome["name"], outcome["what"], _said(outcome)]
