@@ -38,6 +38,8 @@ from harness.run.settings import Settings
 from harness.run.twins import name_eager_twins
 from harness.run.verdict import apply_expected_refusal, apply_known_issues, judge, not_run, note_repro
 
+COMPILE_CACHE = "compile-cache"  # the report folder's own Inductor cache (`compile_cache`)
+
 
 @dataclass
 class RunSummary:
@@ -250,6 +252,7 @@ def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo,
     echo(f"localizing {len(cases)} case(s): where each first leaves the single-device run")
     checkpoints = report_dir / WORKDIR / FOLDER  # the run's own, kept for this (a failed case keeps the work folder)
     group = _measured(GroupSpec("", str(settings.path("references")), None, [],
+                                compile_cache=compile_cache(settings, report_dir),
                                 checkpoints=str(checkpoints) if checkpoints.is_dir() else None), measure)
 
     def on_outcome(outcome: Outcome) -> None:
@@ -270,6 +273,14 @@ def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo,
         run_group(members, group, report_dir / "work" / "localize", timeout, on_outcome)
 
 
+def compile_cache(settings: Settings, report_dir: Path) -> str:
+    """Inductor's cache folder for the ranks: `--compile-cache`, else the report folder's own. Not the machine's
+    shared /tmp/torchinductor_$USER: two runs compiling one graph into one cache at once wait on each other's locks,
+    and one can load a kernel's library while the other is still writing it ("file too short"); a report folder
+    has one live run (harness.run.lock), so its cache has one writer, and stays warm for the next run into it."""
+    return str(settings.path("compile_cache") if settings.compile_cache else report_dir / COMPILE_CACHE)
+
+
 def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: dict, done: dict,
                 echo, measure: coverage_run.Measure | None = None) -> GroupStats:
     workdir = report_dir / WORKDIR
@@ -278,7 +289,7 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
     checkpoints = write_checkpoints(cases, settings.path("references"), workdir, echo)
     group = GroupSpec("", str(settings.path("references")), str(report_dir / "images"), [],
                       baselines=str(workdir / "baselines"),
-                      compile_cache=str(settings.path("compile_cache")) if settings.compile_cache else None,
+                      compile_cache=compile_cache(settings, report_dir),
                       checkpoints=str(checkpoints) if checkpoints else None)
     group = _measured(group, measure)
     launcher = launcher_from(settings)

@@ -87,8 +87,8 @@ class Settings:
     fullgraph: bool = _option(False, "A compiled case whose model breaks into more than one graph (a graph break) is "
                                      "FAIL, not only counted.")
     compile_cache: str = _option("", "Folder of Inductor's compile cache for the ranks (TORCHINDUCTOR_CACHE_DIR): a "
-                                     "graph compiled once is reused by later cases and runs; empty: Inductor's own "
-                                     "default, /tmp/torchinductor_$USER.")
+                                     "graph compiled once is reused by later cases and runs; empty: the report "
+                                     "folder's own compile-cache/, which no other live run shares.")
     references: str = _option("references", "Directory of the captured fp32 references.")
     report_dir: str = _option("reports", "Directory where matrix.csv, matrix.md and results.json are written.")
     known_issues: str = _option("known_issues.toml", "TOML file of known failures that become XFAIL.")

@@ -126,12 +126,19 @@ def test_a_compiled_baseline_is_keyed_by_its_mode():
     assert Baselines._key(replace(eager, mode="aot_eager"), "native", None)[-1] == "aot_eager"
 
 
-def test_the_compile_cache_folder_travels_to_the_ranks():
+def test_the_compile_cache_folder_travels_to_the_ranks_and_is_the_report_folders_own(tmp_path):
+    from dataclasses import replace as changed
+
     from harness.core.records import GroupSpec
+    from harness.run.runner import compile_cache
 
     group = GroupSpec("work", "references", None, [], compile_cache="/cache")
     assert GroupSpec.from_dict(group.to_dict()).compile_cache == "/cache"
-    assert settings().compile_cache == ""  # Inductor's own default folder
+    # Not given: the report folder's own, so two live runs (two report folders) never share a cache
+    assert settings().compile_cache == ""
+    ours, theirs = compile_cache(settings(), tmp_path / "reports"), compile_cache(settings(), tmp_path / "other")
+    assert ours == str(tmp_path / "reports" / "compile-cache") and ours != theirs
+    assert compile_cache(changed(settings(), compile_cache="/cache"), tmp_path / "reports") == "/cache"
 
 
 class _Attention(torch.nn.Module):
