@@ -12,9 +12,6 @@ module's own source (releases differ), and one whose module does not say it is n
 
 from __future__ import annotations
 
-import functools
-import importlib
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -229,14 +226,10 @@ INVALID: tuple[Invalid, ...] = (
 )
 
 
-@functools.cache
 def _source(module: str) -> str:
-    """The installed module's source ("" where the release has no such module)."""
-    import inspect
+    from harness.core import compat
 
-    if importlib.util.find_spec("diffusers") is None or importlib.util.find_spec(module) is None:
-        return ""
-    return inspect.getsource(importlib.import_module(module))
+    return compat.source_of(module)
 
 
 def not_tried(invalid: Invalid, plan: dict) -> str | None:

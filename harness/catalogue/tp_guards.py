@@ -11,7 +11,6 @@ when seen), and a release without it runs the combination and is judged on its n
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 from dataclasses import dataclass
 
@@ -44,15 +43,11 @@ GUARDS = {guard.load: guard for guard in (
 )}
 
 
-@functools.cache
 def _source() -> str:
     """The installed tensor-parallel module's source ("" where the release has none)."""
-    import inspect
+    from harness.core import compat
 
-    if importlib.util.find_spec("diffusers") is None or importlib.util.find_spec(MODULE) is None:
-        return ""
-    module = importlib.import_module(MODULE)
-    return inspect.getsource(module)
+    return compat.source_of(MODULE)
 
 
 def guarding(load: str) -> Guard | None:

@@ -167,3 +167,12 @@ def model_class_missing(class_name: str) -> str | None:
     if hasattr(diffusers, class_name):
         return None
     return f"diffusers {installed_version()} has no {class_name}"
+
+
+@functools.cache
+def source_of(module: str) -> str:
+    """The installed diffusers module's source ("" where the release has no such module): what a release refuses is
+    read from its own code (harness.catalogue.tp_guards, harness.catalogue.refusals)."""
+    if importlib.util.find_spec("diffusers") is None or importlib.util.find_spec(module) is None:
+        return ""
+    return inspect.getsource(importlib.import_module(module))
