@@ -21,7 +21,8 @@ STACKS_SIGNAL = signal.SIGUSR1  # a rank dumps its Python stacks on it (faulthan
 
 @dataclass(frozen=True)
 class Case:
-    """One planned run: model x shape x layout x backend x dtype x kind x load x mode; its id is the pytest id too."""
+    """One planned run: model x shape x layout x backend x dtype x kind x load x flow x mode; its id is the pytest id
+    too."""
 
     model: str
     layout: Layout
@@ -31,6 +32,7 @@ class Case:
     shape: str = "default"
     mode: str = "eager"  # eager or compiled (harness.core.modes)
     load: str = "enable"  # enable_parallelism or from_pretrained (harness.core.loads)
+    flow: str = "none"  # what the user calls around enable_parallelism (harness.flows)
     fault: str | None = None  # a deliberate bug for negative controls (harness.faults)
     weights_dir: str | None = None  # a local checkpoint folder (`--weights`); the shape then names the folder
     localize: bool = False  # run to find where it breaks (harness.rank.localize), not to judge it again

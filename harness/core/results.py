@@ -74,6 +74,7 @@ class CaseResult:
     # "known" and, where the entry measured one, the band its figure sat in ("band": [low, high]).
     known_issues: list[dict[str, str]] = field(default_factory=list)
     load: str = "enable"  # enable_parallelism or from_pretrained (harness.core.loads)
+    flow: str = "none"  # what the user calls around enable_parallelism (harness.flows)
 
     def figure(self, name: str) -> Any:
         """The value of the figure `name` (None when the case has none)."""

@@ -1,6 +1,7 @@
 """The single-device baselines (rank 0 only): what the dtype alone costs, the case's model in its dtype on one
 device, with the case's backend for a parallel layout or `native` SDPA when the case compares a backend on one
-device, compiled as the case is; and the other draws of its noise where the kind asks for them (harness.rank.noise).
+device, compiled as the case is, the calls of the case's flow made on it (harness.flows); and the other draws of its
+noise where the kind asks for them (harness.rank.noise).
 
 Computed once per run: kept for the launch, and handed to later launches through a shared folder (the one-rank
 launch runs first, and its cases' own outputs are most of the baselines the others need). A failure is kept as its
@@ -15,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from harness import faults
+from harness import faults, flows
+from harness.core.dtypes import torch_dtype
 from harness.core.loads import ENABLE
 from harness.core.modes import EAGER
 from harness.core.records import Case
@@ -57,7 +59,9 @@ class Baselines:
     def _key(case: Case, backend: str, model_change: str | None, draw: str | None = None) -> tuple:
         """A compiled case's baseline is compiled the same way: compile's own fusion noise is in its budget."""
         mode = () if case.mode == EAGER else (case.mode,)  # eager keys (and their files) as they were
-        return case.model, case.shape, case.kind, case.weights_dir, backend, case.dtype, model_change, draw, *mode
+        flow = () if case.flow == flows.NONE else (case.flow,)  # the same calls on one device (harness.flows)
+        return case.model, case.shape, case.kind, case.weights_dir, backend, case.dtype, model_change, draw, *mode, \
+            *flow
 
     def _file(self, key: tuple) -> Path:
         return self.shared / (hashlib.sha256(repr(key).encode()).hexdigest()[:24] + ".pt")
@@ -85,6 +89,8 @@ class Baselines:
                                self.context.device)  # one device, the reference's weights: shared by every load
             if draw is not None:
                 built.twin(draw)
+            flows.value_of(case.flow).call(built.module, flows.Setting(self.context.device, backend,
+                                                                       torch_dtype(case.dtype)))
             with faults.active(model_change):
                 if draw is None:  # a noise draw runs eager: against a compiled baseline it measures compile's own
                     compile_like(case.mode, built.module)  # fusion noise too, without compiling four times more

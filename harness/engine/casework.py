@@ -6,9 +6,10 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from harness import faults
+from harness import faults, flows
+from harness.core.layouts import Layout
 from harness.core.loads import ENABLE, load_of
-from harness.core.modes import mode_of
+from harness.core.modes import EAGER, mode_of
 from harness.core.records import Case
 from harness.engine.baselines import Baselines
 from harness.engine.context import RankContext
@@ -99,12 +100,31 @@ def _prove_comms(case: Case, built, recorder: RunRecorder | CompiledRun) -> dict
     return {"comms": recorder.recorded(), "comms_expected": [item.to_dict() for item in expected]}
 
 
+def flow_reference(context: RankContext, baselines: Baselines, case: Case) -> tuple[object, dict | None]:
+    """The case's reference, and what its flow did: the captured file (None), or for a flow (harness.flows) the fp32
+    output of one device that made the same calls on the file's weights and inputs, with how far those calls moved
+    it from the file (`effect`) or why that one-device run failed (`error`: the file stays, and the case cannot be
+    judged)."""
+    reference = context.reference(case)
+    value = flows.value_of(case.flow)
+    if value.flow is None:
+        return reference, None
+    facts = {"call": value.flow.help, "position": value.position, "changes_numbers": value.flow.changes_numbers}
+    one = replace(case, layout=Layout("single"), backend="native", dtype="fp32", mode=EAGER, load=ENABLE, fault=None)
+    output = baselines.of(one)
+    if isinstance(output, str):
+        return reference, {**facts, "error": output}
+    effect = float((output - reference.output).abs().max())
+    return replace(reference, output=output), {**facts, "effect": effect}
+
+
 def measure(context: RankContext, baselines: Baselines, case: Case, output) -> dict:
     """The kind's metrics against the reference and the single-device baseline of the case's dtype (and the other
     draws of its noise where the kind judges by them)."""
     kind = kind_of(case.kind)
     baselines.offer(case, output)
-    reference, baseline = context.reference(case), baselines.of(case)
+    (reference, flow), baseline = flow_reference(context, baselines, case), baselines.of(case)
     draws = {name: baselines.of(case, draw=name) for name in kind.draws_for(case)}
     with context.phase("metrics and images"):
-        return kind.measure(output, reference, baseline, case, context.images_dir, draws)
+        metrics = kind.measure(output, reference, baseline, case, context.images_dir, draws)
+    return metrics if flow is None else {**metrics, "flow": flow}

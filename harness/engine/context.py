@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from harness import flows
+from harness.core.dtypes import torch_dtype
 from harness.core.loads import load_of
 from harness.core.records import Case
 from harness.core.reference import Reference, read_reference, reference_path
@@ -60,13 +62,17 @@ class RankContext:
             return kind_of(case.kind).build(case, reference, self.device)
 
     def apply_layout(self, case: Case, built) -> None:
-        """diffusers' own `enable_parallelism` (unless the model's load gave `from_pretrained` the config), then
-        what the kind adds on the mesh (the data-parallel engine). PyTorch's context parallelism is not applied
-        here: it wraps the run (`torch_context_parallel`)."""
+        """diffusers' own `enable_parallelism` (unless the model's load gave `from_pretrained` the config), with the
+        case's flow (harness.flows) called before or after it, then what the kind adds on the mesh (the data-parallel
+        engine). PyTorch's context parallelism is not applied here: it wraps the run (`torch_context_parallel`)."""
         mesh = None if built.own_mesh else self.mesh(case.layout)
         config = None if load_of(case.load).checkpoint else case.layout.diffusers_config(mesh)
+        flow = flows.value_of(case.flow)
+        setting = flows.Setting(self.device, case.backend, torch_dtype(case.dtype), config, built.cp_plan)
+        flow.call_at(flows.BEFORE, built.module, setting)
         if config is not None:
             built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
+        flow.call_at(flows.AFTER, built.module, setting)
         if built.parallelize is not None:
             built.parallelize(mesh)
 

@@ -8,6 +8,7 @@ from harness.faults import (  # noqa: F401 - each family registers its faults on
     backends,
     compiled,
     cp,
+    flows,
     loading,
     model,
     reliability,

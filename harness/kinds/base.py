@@ -71,10 +71,11 @@ TORCH_CP_NOT_SCRIPTED = ("a case under PyTorch's context parallelism is not scri
                          "enable_parallelism); diffusers' context-parallel layouts are")
 
 # The checks every kind's cases get besides its own (harness.run.verdict); `graph_break` under `--fullgraph` only,
-# `load_shards` and `load_config` for the checkpoint loads only (harness.core.loads).
+# `load_shards` and `load_config` for the checkpoint loads only (harness.core.loads), `flow_effect` for the flows that
+# must change the numbers (harness.flows).
 COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output placements", figure=False),
                  "graph_break": Check(), "load_shards": Check("ranks' parameters", figure=False),
-                 "load_config": Check(figure=False)}
+                 "load_config": Check(figure=False), "flow_effect": Check()}
 
 # The layout families (each with a backend that runs it) the full plan compiles on a model or two besides every model
 # under ulysses2; the whole slice is sized to about 15 minutes of Inductor on 2 cores (docs/compile.md).
@@ -147,6 +148,11 @@ class Kind:
         from harness.catalogue.zoo import SPECS
 
         return slice_ids(self.name, SPECS, LOAD_FAMILIES)
+
+    def flow_slice(self, plan: str) -> list[str]:
+        """The ids (without load, flow and mode) of this kind's cases that plan `plan` also runs with the user's
+        calls around enable_parallelism (harness.flows), its part of the plan's `flow_cases`: none by default."""
+        return []
 
     def unavailable(self) -> str | None:
         """Why this kind cannot run on this machine (a plan-time SKIP), or None."""

@@ -87,6 +87,18 @@ class TensorKind(Kind):
                                                                  ("tp2", "native")))
         return super().load_slice(plan)
 
+    def flow_slice(self, plan: str) -> list[str]:
+        """quick: flux and qwenimage under ulysses2, ring2 and tp2, fp32. full: every model on each of those
+        families (a flow exists on the layouts it declares: harness.flows)."""
+        families = (("ulysses2", "native"), ("ring2", "_native_flash"), ("tp2", "native"))
+        if plan == "quick":
+            return slice_ids(self.name, ("flux", "qwenimage"), families)
+        if plan != "full":
+            return []
+        from harness.catalogue.zoo import SPECS
+
+        return slice_ids(self.name, SPECS, families)
+
     def shapes(self, spec, wanted, weights_dir):
         names = list(spec.shapes) if "all" in wanted else [name for name in wanted if name in spec.shapes]
         return [(name, None) for name in names]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 
-from harness import faults
+from harness import faults, flows
 from harness.catalogue.zoo import SPECS, get_spec
 from harness.core import axes, compat
 from harness.core.dtypes import torch_dtype
@@ -17,6 +17,7 @@ from harness.core.layouts import Layout, parse_layout
 from harness.core.loads import ENABLE, enable_id, load_of
 from harness.core.modes import EAGER, eager_id, mode_of
 from harness.core.records import Case, without_fault
+from harness.flows import scope as flow_scope
 from harness.kinds import KINDS, kind_of
 from harness.rank import backends as backend_info
 from harness.rank import cpu as cpu_shims
@@ -77,7 +78,7 @@ def skip_reason(case: Case, rank_limit: int | Capacity) -> str | None:
         return f"{spec.class_name} defines no _tp_plan"
     kind = kind_of(case.kind)
     unavailable = kind.unavailable() or kind.skip_reason(case) or mode_skip(case, model_class) or \
-        load_skip(case, spec, model_class)
+        load_skip(case, spec, model_class) or flow_scope.unavailable(case, model_class)
     if unavailable is not None:
         return unavailable
     found = backend_info.probe(case.backend, case.dtype)
@@ -147,6 +148,9 @@ def predicted_refusal(case: Case) -> Refusal | None:
     if guard is not None:
         return Refusal(f"diffusers refuses {guard.what} with tensor parallelism ({guard.where})", (guard.error,),
                        checked=True)
+    refused = flow_scope.refusal(case)
+    if refused is not None:
+        return Refusal(refused[0], (refused[1],), checked=True)
     layout, spec = case.layout, get_spec(case.model)
     heads = {key: spec.config[key] for key in HEADS if key in spec.config}
     if layout.tp > 1 and heads.get("num_attention_heads", 0) % layout.tp:
@@ -227,7 +231,7 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
                fault: str | None = None, kinds=("tensor",), weights_dir=None,
                check_refusals: bool = False, scopes: dict | None = None,
                capacity: Capacity | None = None, more: dict[str, list] | None = None,
-               compile_cases=("*",), load_cases=("*",)) -> list[PlannedCase]:
+               compile_cases=("*",), load_cases=("*",), flow_cases=("*",)) -> list[PlannedCase]:
     """Every case, in a stable order; what cannot run here carries its SKIP reason. Image cases exist for the models
     with a tiny pipeline, at the tiny pipeline's own size, or on the local checkpoint `weights_dir`. A kind runs the
     layouts it applies to (data-parallel layouts: train only), on its own models, layouts and shapes where `scopes`
@@ -249,6 +253,8 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
         mode_of(mode)
     for load in (more or {}).get("load", ()):
         load_of(load)
+    for flow in (more or {}).get("flow", ()):
+        flows.value_of(flow)
     known_backends = set(backend_info.all_backend_names())
     for backend in backends:
         if backend not in known_backends:
@@ -290,6 +296,8 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
                         continue
                     if case.load != ENABLE and not _in_load_slice(case, load_cases):
                         continue
+                    if case.flow != flows.NONE and not _in_flow_slice(case, flow_cases):
+                        continue
                     plan.append(_planned(case, limit, check_refusals, registry))
     return plan
 
@@ -303,6 +311,14 @@ def _in_load_slice(case: Case, globs) -> bool:
     if not load_of(case.load).applies(case.layout):
         return False
     plain = eager_id(enable_id(without_fault(case.case_id))[0])[0]
+    return any(fnmatch.fnmatchcase(plain, glob) for glob in globs)
+
+
+def _in_flow_slice(case: Case, globs) -> bool:
+    if not flow_scope.exists(case, load_of(case.load).checkpoint):
+        return False
+    values = axes.parse(without_fault(case.case_id))
+    plain = axes.spell({**values, "load": ENABLE, "flow": flows.NONE, "mode": EAGER})
     return any(fnmatch.fnmatchcase(plain, glob) for glob in globs)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from harness import flows
 from harness.core import axes, environment
 from harness.core.errors import HarnessError
 from harness.core.header import RunHeader
@@ -56,10 +57,12 @@ def plan_from(settings: Settings, fault: str | None = None) -> list[PlannedCase]
         more["mode"], compiled = list(MODES), ["*"]
     if "all" in more["load"]:  # every load of the plan's load slice
         more["load"] = list(LOADS)
+    if "all" in more["flow"]:  # every flow, both positions, on the plan's flow slice
+        more["flow"] = list(flows.VALUES)
     plan = build_plan(settings.models, settings.layouts, settings.backends, settings.dtypes, settings.shapes,
                       settings.cpu_max_ranks, fault, settings.kinds, settings.weights, settings.check_refusals,
                       settings.scopes, capacity=_capacity(settings), more=more, compile_cases=compiled,
-                      load_cases=settings.load_cases)
+                      load_cases=settings.load_cases, flow_cases=settings.flow_cases)
     return plan + uncovered_rows()
 
 

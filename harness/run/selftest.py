@@ -31,6 +31,7 @@ class Control:
     clean: Status = Status.PASS  # the clean twin's status (XFAIL: a known issue the fault must not hide behind)
     mode: str = "eager"  # compiled modes (harness.core.modes): the bug must be caught in what the compiler made
     load: str = "enable"  # checkpoint loads (harness.core.loads): the bug is in how the weights were read
+    flow: str = "none"  # the user's calls around enable_parallelism (harness.flows): the bug is in what they did
 
     def __post_init__(self):
         faults.check(self.fault)  # a misspelt fault fails as the table is read, not in the middle of a selftest
@@ -38,12 +39,12 @@ class Control:
     @property
     def clean_id(self) -> str:
         return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind, mode=self.mode,
-                       load=self.load)
+                       load=self.load, flow=self.flow)
 
     @property
     def name(self) -> str:
         return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind, self.fault,
-                       mode=self.mode, load=self.load)
+                       mode=self.mode, load=self.load, flow=self.flow)
 
 
 _QUERY = "transformer_blocks.0.attn.to_q"
@@ -114,6 +115,11 @@ CONTROLS = [
             load="pretrained"),
     Control("flux", "ulysses2", "native", "fp32", "load_cp_hooks_dropped",
             "missing: transformer_blocks.0.attn: 0 all_to_all, expected >= 4", load="pretrained_wrapped"),
+    # What users call around enable_parallelism (harness.flows): a LoRA scale that reaches one rank only makes the
+    # ranks' outputs differ; a fused projection built wrong on one rank fails the numbers.
+    Control("flux", "ulysses2", "native", "fp32", "lora_scale_one_rank", "rank 1's output differs from rank 0's",
+            flow="lora_scaled"),
+    Control("flux", "ulysses2", "native", "fp32", "fused_qkv_one_rank", "> tolerance", flow="fused_qkv"),
     # A known issue excuses only its evidence: a second TP training bug in cells that are XFAIL for the first one
     # (the per-head norm weights) must come out FAIL, naming what the known issue does not.
     Control("flux", "tp2", "native", "fp32", "tp_colwise_input_grad", "x_embedder", "train", Status.XFAIL),
@@ -222,7 +228,8 @@ def control_plan(cpu_max_ranks: int, controls=tuple(CONTROLS)) -> list[PlannedCa
     plan, seen, limit = [], set(), max_ranks(cpu_max_ranks)
     for control in controls:
         faulty = Case(control.model, parse_layout(control.layout), control.backend, control.dtype,
-                      kind=control.kind, fault=control.fault, mode=control.mode, load=control.load)
+                      kind=control.kind, fault=control.fault, mode=control.mode, load=control.load,
+                      flow=control.flow)
         for case in (replace(faulty, fault=None), faulty):
             if case.case_id not in seen:
                 seen.add(case.case_id)

@@ -64,8 +64,8 @@ def _judge(outcome: Outcome, settings) -> CaseResult:
     # what rank 0's numbers cannot show (other ranks' outputs, the output's type), then the numbers.
     items = _proof_failures(outcome.case, record) + _integrity_failures(result, record,
                                                                              kind.rank_tolerance(policy))
-    return settle(result, items + _load_failures(result, record) + numbers
-                  + _compile_failures(result, record, settings.fullgraph))
+    return settle(result, items + _load_failures(result, record) + _flow_failures(result, record.metrics, policy)
+                  + numbers + _compile_failures(result, record, settings.fullgraph))
 
 
 def settle(result: CaseResult, items: list[Evidence]) -> CaseResult:
@@ -149,6 +149,28 @@ def _load_failures(result: CaseResult, record) -> list[Evidence]:
     return found + [Evidence("load_shards", f"rank {rank}: the local shard of {name} from from_pretrained differs "
                                             f"from enable_parallelism's on the same layout", f"rank {rank}: {name}")
                     for rank, names in load.get("differing", {}).items() for name in names]
+
+
+def _flow_failures(result: CaseResult, metrics: dict, policy) -> list[Evidence]:
+    """A flow (harness.flows): what the user called and when, as a block; the case cannot be judged where one device
+    failed making the same calls, and a flow that must change the numbers (a LoRA) but left one device's output
+    within the fp32 limit did not run as declared: its case would compare nothing the flow did."""
+    flow = (metrics or {}).get("flow")
+    if flow is None:
+        return []
+    rows = [["call", flow["call"]], ["when", f"{flow['position']} enable_parallelism (one device: the same calls)"]]
+    if flow.get("error"):
+        rows.append(["one device with the same calls", f"failed: {flow['error']}"])
+        result.extra.setdefault("blocks", []).append(table("What the user called", ["", ""], rows))
+        return [Evidence("cannot_judge", f"cannot judge: one device making the same calls failed ({flow['error']})")]
+    rows.append(["one device: the calls moved the output by", f"{flow['effect']:.3g} max abs"])
+    result.extra.setdefault("blocks", []).append(table("What the user called", ["", ""], rows))
+    limit = getattr(policy, "tolerance", None)
+    if flow["changes_numbers"] and limit is not None and not flow["effect"] > limit:
+        return [Evidence("flow_effect", f"the flow's calls moved one device's output by {flow['effect']:.3g}, within "
+                                        f"the limit {limit:.3g}: they did not do what the flow declares",
+                         value=flow["effect"], limit=limit)]
+    return []
 
 
 def _compile_failures(result: CaseResult, record, fullgraph: bool) -> list[Evidence]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 from harness.core import axes
 from harness.core.errors import HarnessError
 
-# The options a case id fixes (the load slice then takes every case); with --models/--layouts/--shapes given, the
-# train kind takes them too.
-DERIVED = (*(axis.option for axis in axes.AXES), "load_cases", "train_models", "train_layouts", "train_shapes")
+# The options a case id fixes (the load and flow slices then take every case); with --models/--layouts/--shapes
+# given, the train kind takes them too.
+DERIVED = (*(axis.option for axis in axes.AXES), "load_cases", "flow_cases", "train_models", "train_layouts",
+           "train_shapes")
 EXAMPLE = "qwenimage@masked/ulysses2/native/fp32/tensor or flux/tp2/native/fp32/tensor/pretrained"
 
 
@@ -30,7 +31,7 @@ def plan_options(case_ids: list[str]) -> dict[str, str]:
     """The plan options (comma-separated values, as on the command line) whose plan holds every id in `case_ids`."""
     parsed = [parse_case_id(case_id) for case_id in case_ids]
     options = {axis.option: ",".join(dict.fromkeys(values[axis.name] for values in parsed)) for axis in axes.AXES}
-    return {**options, "load_cases": "*"}  # a load's case is in the plan whatever the plan's load slice
+    return {**options, "load_cases": "*", "flow_cases": "*"}  # in the plan whatever the plan's load and flow slices
 
 
 def as_flags(options: dict[str, str]) -> list[str]:

@@ -17,7 +17,8 @@ LAYERS = [
     ("harness.report",),  # the views: results.json in, pages and text out (imports harness.core only)
     ("harness.catalogue",),
     ("harness.rank",),
-    ("harness.faults",),  # the negative controls' deliberate bugs: they patch diffusers and the rank's tools
+    ("harness.faults", "harness.flows"),  # deliberate bugs (negative controls) and the calls users make around
+    # enable_parallelism: both act on diffusers models inside a rank
     ("harness.kinds",),
     ("harness.engine", "harness.run", "harness.versions"),  # versions: across diffusers revisions, over `harness run`
     ("harness.cli", "harness.plugin", "harness.__main__"),

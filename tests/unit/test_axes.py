@@ -49,11 +49,11 @@ def test_parse_reads_each_axis_at_its_default_and_off_it():
 
 
 @pytest.mark.parametrize("case_id, said", [
-    ("flux/ulysses2/native/fp32", "4 `/`-separated part(s), not 5 to 7"),
-    ("flux/ulysses2/native/fp32/tensor/pretrained/compile/x", "8 `/`-separated part(s)"),
-    ("flux/ulysses2/native/fp32/tensor/compile/x", "'x' is none of the values of load, mode"),
-    ("flux/ulysses2/native/fp32/tensor/compile/pretrained", "'pretrained' is none of the values of load, mode (or not "
-                                                            "in their order)"),
+    ("flux/ulysses2/native/fp32", "4 `/`-separated part(s), not 5 to 8"),
+    ("flux/ulysses2/native/fp32/tensor/pretrained/lora/compile/x", "9 `/`-separated part(s)"),
+    ("flux/ulysses2/native/fp32/tensor/compile/x", "'x' is none of the values of load, flow, mode"),
+    ("flux/ulysses2/native/fp32/tensor/compile/pretrained",
+     "'pretrained' is none of the values of load, flow, mode (or not in their order)"),
     ("", "1 `/`-separated part(s)"),
     ("flux//native/fp32/tensor", "no layout"),
     ("flux@/ulysses2/native/fp32/tensor", "no shape"),
@@ -64,7 +64,7 @@ def test_parse_reads_each_axis_at_its_default_and_off_it():
 def test_a_malformed_id_is_a_value_error_that_names_it(case_id, said):
     with pytest.raises(ValueError, match=re.escape(f"case id {case_id!r} is not of the form {axes.FORM}: {said}")):
         axes.parse(case_id)
-    assert axes.FORM == "model[@shape]/layout/backend/dtype/kind[/load][/mode][+fault]"
+    assert axes.FORM == "model[@shape]/layout/backend/dtype/kind[/load][/flow][/mode][+fault]"
 
 
 def test_the_readers_of_ids_parse_them():
@@ -87,7 +87,8 @@ def test_a_case_id_on_the_command_line_gives_its_plan_options():
     assert plan_options(["qwenimage@masked/tp2+ulysses2/native/bf16/train/aot_eager", "flux/single/native/fp32/tensor"]
                         ) == {"models": "qwenimage,flux", "shapes": "masked,default", "layouts": "tp2+ulysses2,single",
                               "backends": "native", "dtypes": "bf16,fp32", "kinds": "train,tensor",
-                              "loads": "enable", "modes": "aot_eager,eager", "load_cases": "*"}
+                              "loads": "enable", "flows": "none", "modes": "aot_eager,eager", "load_cases": "*",
+                              "flow_cases": "*"}
     with pytest.raises(HarnessError, match=r"'flux/ulysses2' is not of the form .*, e.g. qwenimage@masked/"):
         plan_options(["flux/ulysses2"])
     with pytest.raises(HarnessError, match=r"\+cp_local_attention is a deliberate bug"):

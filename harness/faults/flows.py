@@ -1,0 +1,54 @@
+"""Faults in what users call around `enable_parallelism` (harness.flows): a LoRA scale that reaches one rank only, and
+a fused projection built wrong on one rank. Each acts on the calls the flow makes, never on the one-device run."""
+
+from __future__ import annotations
+
+import contextlib
+
+from harness.faults.registry import fault
+
+
+def _not_rank_zero() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_initialized() and dist.get_rank() != 0
+
+
+@fault("flows: the adapter weights given to set_adapters reach rank 0 only; every other rank keeps the adapter at its "
+       "full scale")
+@contextlib.contextmanager
+def lora_scale_one_rank():
+    from diffusers.loaders.peft import PeftAdapterMixin
+
+    original = PeftAdapterMixin.set_adapters
+
+    def first_rank_only(self, adapter_names, weights=None):
+        return original(self, adapter_names, None if _not_rank_zero() else weights)
+
+    PeftAdapterMixin.set_adapters = first_rank_only
+    try:
+        yield
+    finally:
+        PeftAdapterMixin.set_adapters = original
+
+
+@fault("flows: on every rank but rank 0, fuse_qkv_projections builds the fused projection with the key's weights in "
+       "the value's place")
+@contextlib.contextmanager
+def fused_qkv_one_rank():
+    from diffusers.models.attention import AttentionModuleMixin
+
+    original = AttentionModuleMixin.fuse_projections
+
+    def fuse_wrong_on_other_ranks(self):
+        original(self)
+        fused = getattr(self, "to_qkv", None)
+        if fused is not None and _not_rank_zero():
+            third = fused.weight.shape[0] // 3
+            fused.weight.data[2 * third:] = fused.weight.data[third:2 * third].clone()
+
+    AttentionModuleMixin.fuse_projections = fuse_wrong_on_other_ranks
+    try:
+        yield
+    finally:
+        AttentionModuleMixin.fuse_projections = original

@@ -1,0 +1,26 @@
+"""Flows on attention: processors set by hand, the backend set after parallelism (as diffusers' distributed-inference
+guide orders it), and fused QKV projections."""
+
+from __future__ import annotations
+
+from harness.flows.registry import AFTER, flow
+
+
+@flow("model.set_attn_processor({name: <a new processor of the same class>}): custom or reset processors",
+      needs_api=("set_attn_processor",))
+def processor(module, setting):
+    """A fresh processor of each module's own class, as a user installs a custom one or resets them: diffusers keeps
+    the parallel config and the backend on the processor objects, so what is set after parallelism has neither."""
+    module.set_attn_processor({name: type(found)() for name, found in module.attn_processors.items()})
+
+
+@flow("model.set_attention_backend(<the case's backend>) after enable_parallelism, the order of diffusers' "
+      "distributed-inference guide", positions=(AFTER,), needs_api=("set_attention_backend",))
+def backend(module, setting):
+    module.set_attention_backend(setting.backend)
+
+
+@flow("model.fuse_qkv_projections(): the query, key and value projections fused into one",
+      needs_api=("fuse_qkv_projections",))
+def fused_qkv(module, setting):
+    module.fuse_qkv_projections()

@@ -1,0 +1,26 @@
+"""Flows on memory: layerwise casting (weights stored in bf16, computed in the case's dtype) and group offloading,
+each as diffusers' memory guide writes it."""
+
+from __future__ import annotations
+
+from harness.flows.registry import AFTER, BEFORE, Refused, flow
+
+TP_MODULE = "diffusers.hooks.tensor_parallel"
+
+
+@flow("model.enable_layerwise_casting(storage_dtype=torch.bfloat16, compute_dtype=<the case's dtype>)",
+      needs_api=("enable_layerwise_casting",), changes_numbers=True)
+def layerwise_casting(module, setting):
+    import torch
+
+    module.enable_layerwise_casting(storage_dtype=torch.bfloat16, compute_dtype=setting.dtype)
+
+
+@flow("model.enable_group_offload(onload_device=<the rank's device>, offload_type='block_level', "
+      "num_blocks_per_group=1)", needs_api=("enable_group_offload",),
+      refused=(Refused(BEFORE, "tp", "has group offloading enabled, which cannot be combined with tensor", TP_MODULE,
+                       "_check_tp_supported, from enable_parallelism"),
+               Refused(AFTER, "tp", "be group-offloaded", "diffusers.models.modeling_utils",
+                       "_raise_if_tensor_parallel, from enable_group_offload")))
+def group_offload(module, setting):
+    module.enable_group_offload(onload_device=setting.device, offload_type="block_level", num_blocks_per_group=1)

@@ -1,0 +1,125 @@
+"""The flows' registry: what users do around `enable_parallelism` (the `flow` axis, harness.core.axes).
+
+A flow is one user call, or a short sequence, made on the case's model at a position: before parallelism is turned
+on (the flow's own name, `lora`) or after it (`lora_after`). Each is registered by `@flow` on its own code, as the
+faults are (harness.faults.registry), with what it needs, where it exists and what diffusers refuses of it; the plan,
+the rank and the report read this registry and nothing else names a flow. Torch-free: each flow imports torch and
+diffusers inside its body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from harness.core.errors import HarnessError
+
+NONE = "none"  # the default flow: nothing called around enable_parallelism (left out of case ids)
+SUFFIX = "_after"  # what an axis value of the "after" position ends with
+BEFORE, AFTER = "before", "after"  # the positions: before enable_parallelism, after it
+
+
+def on_layouts(family: str, layout) -> bool:
+    """Whether `layout` is of the family a flow or a refusal names: "tp", "cp" or "any" parallel layout."""
+    return {"tp": layout.tp > 1, "cp": layout.is_context_parallel, "any": layout.world_size > 1}[family]
+
+
+@dataclass(frozen=True)
+class Refused:
+    """What diffusers refuses of a flow at a position, on which layouts: a text of its error, which the installed
+    module's source must carry for the refusal to be expected (a release without it runs the flow and is judged on
+    its numbers)."""
+
+    position: str  # before or after
+    layouts: str  # "tp": tensor-parallel layouts, "cp": context-parallel ones, "any"
+    error: str  # a text of diffusers' message
+    module: str  # the diffusers module whose source carries it
+    where: str  # the check, for people
+
+    def on(self, layout) -> bool:
+        return on_layouts(self.layouts, layout)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a flow's call is given besides the model: the rank's device, the case's backend and dtype, and the
+    parallel config and `cp_plan` the case enables (None on one device)."""
+
+    device: object
+    backend: str
+    dtype: object
+    config: object | None = None
+    cp_plan: dict | None = None
+
+
+@dataclass(frozen=True)
+class Flow:
+    name: str
+    help: str  # the calls, as a user writes them
+    call: Callable  # its code: call(module, setting) on the case's model (`Setting`)
+    layouts: str = "any"  # the layouts it exists on: "cp", "tp" or "any" parallel layout (one device runs it too)
+    positions: tuple[str, ...] = (BEFORE, AFTER)
+    needs: tuple[str, ...] = ()  # importable packages (a plan-time SKIP without them)
+    needs_api: tuple[str, ...] = ()  # methods the model class must have on the installed release (else SKIP)
+    changes_numbers: bool = False  # the flow alters the output (a LoRA): its one-device run must differ from the file
+    refused: tuple[Refused, ...] = ()
+    kinds: tuple[str, ...] = ("tensor",)
+
+    def exists_on(self, layout) -> bool:
+        return layout.world_size == 1 or on_layouts(self.layouts, layout)
+
+
+@dataclass(frozen=True)
+class FlowValue:
+    """One value of the flow axis: a flow at a position (None for the default, no flow)."""
+
+    name: str
+    flow: Flow | None = None
+    position: str = BEFORE
+
+    @property
+    def before(self) -> bool:
+        return self.flow is not None and self.position == BEFORE
+
+    def call_at(self, position: str, module, setting: Setting) -> None:
+        """The flow's calls on `module` if it comes at `position` (around enable_parallelism); else nothing."""
+        if self.flow is not None and self.position == position:
+            self.flow.call(module, setting)
+
+    def call(self, module, setting: Setting) -> None:
+        """The flow's calls on one device, where there is no parallelism to come before or after."""
+        if self.flow is not None:
+            self.flow.call(module, setting)
+
+
+REGISTERED: dict[str, Flow] = {}
+VALUES: dict[str, FlowValue] = {NONE: FlowValue(NONE)}  # the axis's values, both positions of every flow
+
+
+def flow(help: str, **declared):
+    """Register the decorated function as the flow of its own name (both positions unless `positions` says)."""
+    def register(call: Callable) -> Callable:
+        name = call.__name__
+        if name in REGISTERED or name == NONE or name.endswith(SUFFIX):
+            raise ValueError(f"flow {name!r} is registered twice or named like an axis value ({call.__module__})")
+        found = REGISTERED[name] = Flow(name, help, call, **declared)
+        for position in found.positions:
+            value = name if position == BEFORE else name + SUFFIX
+            VALUES[value] = FlowValue(value, found, position)
+        return call
+
+    return register
+
+
+def value_of(name: str) -> FlowValue:
+    if name not in VALUES:
+        raise HarnessError(f"unknown flow {name!r}; valid flows: {', '.join(VALUES)}, or all")
+    return VALUES[name]
+
+
+def refusal_of(value: FlowValue, layout) -> Refused | None:
+    """What diffusers is declared to refuse of this flow value on `layout` (its source not yet read)."""
+    if value.flow is None:
+        return None
+    return next((item for item in value.flow.refused if item.position == value.position and item.on(layout)), None)
+

@@ -1,0 +1,48 @@
+"""Which cases a flow has, what keeps one from running here, and what the installed diffusers refuses of it (read
+from its own source, as the tensor-parallel guards are: harness.catalogue.tp_guards)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from harness.flows.registry import NONE, FlowValue, refusal_of, value_of
+
+
+def exists(case, checkpoint: bool) -> bool:
+    """Whether the case is in the flow's product at all: its kind and layout family, and a position the load leaves
+    (nothing comes before `from_pretrained(..., parallel_config=...)` applies the layout)."""
+    value = value_of(case.flow)
+    if value.flow is None:
+        return True
+    return case.kind in value.flow.kinds and value.flow.exists_on(case.layout) and not (value.before and checkpoint)
+
+
+def unavailable(case, model_class) -> str | None:
+    """Why the case's flow cannot run here (a plan-time SKIP), or None."""
+    value = value_of(case.flow)
+    if value.flow is None:
+        return None
+    missing = [name for name in value.flow.needs if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"the {value.flow.name} flow needs {', '.join(missing)}, which is not installed"
+    lacking = [name for name in value.flow.needs_api if not hasattr(model_class, name)]
+    if lacking:
+        return f"this diffusers' {model_class.__name__} has no {', '.join(lacking)} (the {value.flow.name} flow)"
+    return None
+
+
+def refusal(case) -> tuple[str, str] | None:
+    """(why, the text of diffusers' error) where the installed release refuses the case's flow at its position on
+    its layout; None where it does not (the flow then runs and is judged on its numbers)."""
+    from harness.core import compat
+
+    value: FlowValue = value_of(case.flow)
+    refused = refusal_of(value, case.layout)
+    if refused is None or refused.error not in compat.source_of(refused.module):
+        return None
+    return (f"diffusers refuses {value.flow.name} {value.position} enabling parallelism on {case.layout.name} "
+            f"({refused.where})", refused.error)
+
+
+def is_default(name: str) -> bool:
+    return name == NONE
