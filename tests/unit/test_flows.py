@@ -141,7 +141,7 @@ def test_a_flow_is_judged_against_one_device_making_the_same_calls(flowed):
 @pytest.mark.slow
 def test_the_flow_controls_fail_where_their_clean_twins_pass(flowed):
     scaled = flowed["flux/ulysses2/native/fp32/tensor/lora_scaled+lora_scale_one_rank"]
-    assert scaled.status is Status.FAIL and "rank 1's output differs from rank 0's" in scaled.reason
+    assert scaled.status is Status.FAIL and "> tolerance" in scaled.reason  # rank 1's part of the gathered output
     assert flowed["flux/ulysses2/native/fp32/tensor/fused_qkv"].status is Status.PASS
     fused = flowed["flux/ulysses2/native/fp32/tensor/fused_qkv+fused_qkv_one_rank"]
     assert fused.status is Status.FAIL and "> tolerance" in fused.reason
