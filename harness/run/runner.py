@@ -34,7 +34,7 @@ from harness.run.lock import report_folder_lock
 from harness.run.nodes import WORKDIR, SharedRun
 from harness.run.partial import PARTIAL
 from harness.run.plan import PlannedCase, build_plan, max_ranks, uncovered_rows
-from harness.run.settings import Settings
+from harness.run.settings import Settings, auto_case_timeout
 from harness.run.twins import name_eager_twins
 from harness.run.verdict import apply_expected_refusal, apply_known_issues, judge, not_run, note_repro
 
@@ -332,14 +332,10 @@ def _shared(nnodes: int, workdir: Path):
 
 
 def _auto_timeout(cases, root: Path) -> float:
-    """300 s, plus 60 s per GB of the largest reference's weights: a wide margin, since a hang is found by the
-    stall detection (harness.run.launch) long before; this bound is for a group that spins without progress."""
+    """The default case timeout for the largest reference's weights among `cases`."""
     paths = [reference_path(root, c.model, c.shape, kind_of(c.kind).reference_kind) for c in cases]
     sizes = [path.stat().st_size for path in paths if path.exists()]
-    return 300.0 + 60.0 * max(sizes, default=0) / 2**30
-
-
-WIDTH = 120  # every line a run prints fits in this many columns
+    return auto_case_timeout(max(sizes, default=0))
 
 
 def _progress_line(index: int, result: CaseResult, total: int) -> str:
@@ -351,7 +347,8 @@ def _progress_line(index: int, result: CaseResult, total: int) -> str:
     return _shorten(line)
 
 
-def _shorten(text: str, limit: int = WIDTH) -> str:
+def _shorten(text: str, limit: int = matrix.WIDTH) -> str:
+    """`text` within the terminal width every line a run prints fits in, its closing parenthesis kept."""
     if len(text) <= limit:
         return text
     closing = ")" if text.endswith(")") else ""
