@@ -154,10 +154,10 @@ def write_results(path: Path, results: list[CaseResult], header: RunHeader) -> N
     tmp.replace(path)
 
 
-READ_FIX = "run `harness run` first, or point at the folder it wrote (its --report-dir)"
+_RUN_IT_FIRST = "run `harness run` first, or point at the folder it wrote (its --report-dir)"
 
 
-def read_results(path: Path, what_to_do: str = READ_FIX) -> tuple[RunHeader, list[CaseResult]]:
+def read_results(path: Path, what_to_do: str = _RUN_IT_FIRST) -> tuple[RunHeader, list[CaseResult]]:
     """The header and the cases of a results.json, as the records they were written from: the one reader of the
     file (every view, `harness merge`, `harness ab`, the benchmarks). A missing, unreadable or foreign file is a
     HarnessError that names it and says `what_to_do`; a case the file left fields out of still reads (`_lenient`)."""

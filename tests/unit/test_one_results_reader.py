@@ -120,3 +120,24 @@ def test_the_scan_flags_a_read_another_way():
         dict.fromkeys(READS_ELSEWHERE, True)
     assert {name: other_reads(text) for name, text in READS_THROUGH_THE_READER.items()} == \
         dict.fromkeys(READS_THROUGH_THE_READER, [])
+
+
+
+def test_every_reader_names_the_file_and_what_to_do_there(tmp_path):
+    """The one reader's error, with the advice of the command that asked: a page to render, parts to merge, a side
+    of `harness ab` (see its log); here for a file that is not a run's results."""
+    import pytest
+
+    from harness.core.errors import HarnessError
+    from harness.report import render_html
+    from harness.run.merge import merge_runs
+    from harness.versions.sides import results
+
+    (tmp_path / FILE_NAME).write_text('{"cases": {}}')
+    readers = {"run `harness run` first": render_html, "see the run's log beside it": results,
+               "merge the folders that `harness run --shard K/N` wrote": lambda folder: merge_runs([folder], tmp_path)}
+    for advice, reader in readers.items():
+        with pytest.raises(HarnessError) as error:
+            reader(tmp_path)
+        said = str(error.value)
+        assert said.startswith(f"{tmp_path / FILE_NAME} is not a harness results file") and advice in said, said

@@ -114,6 +114,9 @@ def test_a_part_given_twice_or_cut_from_another_plan_or_not_a_part_is_refused(tm
     write_results(tmp_path / "whole/results.json", [], RunHeader.from_dict({}))
     with pytest.raises(HarnessError, match="whole: not a part of a sharded run"):
         merge_runs([tmp_path / "whole"], tmp_path / "merged")
+    with pytest.raises(HarnessError, match=r"no results at .*nowhere/results\.json; merge the folders that `harness "
+                                           r"run --shard K/N` wrote \(their --report-dir\)"):
+        merge_runs([tmp_path / "a", tmp_path / "nowhere"], tmp_path / "merged")
 
 
 @pytest.mark.slow
