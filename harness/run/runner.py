@@ -17,7 +17,7 @@ from harness.core.loads import LOADS
 from harness.core.modes import EAGER, MODES
 from harness.core.records import GroupSpec, Localization, Outcome
 from harness.core.reference import reference_path
-from harness.core.results import CaseResult, Status, write_results
+from harness.core.results import RESULTS_FILE, CaseResult, Status, write_results
 from harness.kinds import kind_of
 from harness.report import matrix
 from harness.report.images import prune_images
@@ -177,9 +177,9 @@ class _Run:
             echo(f"note: {len(header.known_issues_unmatched)} known-issue entries matched no case of the full plan "
                  f"(remove or fix them): {'; '.join(header.known_issues_unmatched)}")
         writing = time.monotonic()
-        write_reports(report_dir, results, header.to_dict())
+        write_reports(report_dir, results, header)
         header.time_breakdown["reports"] = round(time.monotonic() - writing, 2)  # known once they are written
-        write_results(report_dir / "results.json", results, header.to_dict())
+        write_results(report_dir / RESULTS_FILE, results, header)
         (report_dir / PARTIAL).unlink(missing_ok=True)
         if header.version_mismatch:
             echo(f"note: {header.version_mismatch}")
@@ -205,7 +205,7 @@ class _Run:
         try:
             header = self.header(results, GroupStats(), 0.0)
             header.incomplete = f"the harness stopped at an internal error: {cause}"
-            write_reports(report_dir, results, header.to_dict())
+            write_reports(report_dir, results, header)
         except Exception as failure:  # noqa: BLE001 - the reports' own bug: say so, keep what can be kept
             wrote = f"the reports could not be written either ({handover.describe(failure)})"
         left = {p.case.case_id for p in self.plan if p.runs and p.case.case_id not in self.done}
@@ -357,7 +357,7 @@ def _shorten(text: str, limit: int = matrix.WIDTH) -> str:
 
 def _clear_previous(report_dir: Path, echo) -> None:
     """A new run replaces the reports of the last one in this folder, PNGs included (none may outlive its case)."""
-    if (report_dir / "results.json").exists():
+    if (report_dir / RESULTS_FILE).exists():
         echo(f"note: replacing the previous run's reports in {report_dir} (--report-dir DIR keeps them)")
     shutil.rmtree(report_dir / "images", ignore_errors=True)
 
