@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.core.results import CaseResult, read_results
+from harness.core.results import RESULTS_FILE, CaseResult, read_results
 
 SLICE = ["--models", "flux", "--layouts", "single,ulysses2", "--backends", "native", "--dtypes", "fp32",
          "--kinds", "tensor"]
@@ -27,7 +27,7 @@ def timed_run(args: list[str], report_dir: Path) -> tuple[float, list[CaseResult
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "harness", "run", "--report-dir", str(report_dir), *args],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - started, read_results(report_dir / "results.json")[1]
+    return time.perf_counter() - started, read_results(report_dir / RESULTS_FILE)[1]
 
 
 def main() -> None:

@@ -12,7 +12,6 @@ table for docs/measured.md. References must exist (the first `harness run` captu
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -20,20 +19,23 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.core.header import RunHeader
+from harness.core.results import RESULTS_FILE, CaseResult, Status, read_results
+
 PLAN = ["--models", "flux,qwenimage", "--layouts", "single,ulysses2,ring2,ulysses2any,ring2any,tp2",
         "--backends", "native,_native_flash", "--dtypes", "fp32", "--kinds", "tensor,removal", "--shapes", "default",
         "--modes", "eager"]
 
 
-def timed_run(args: list[str], report_dir: Path) -> tuple[float, dict]:
+def timed_run(args: list[str], report_dir: Path) -> tuple[float, RunHeader, list[CaseResult]]:
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "harness", "run", "--report-dir", str(report_dir), *args],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - started, json.loads((report_dir / "results.json").read_text())
+    return (time.perf_counter() - started, *read_results(report_dir / RESULTS_FILE))
 
 
-def case_seconds(payload: dict) -> float:
-    return sum(case["seconds"] or 0 for case in payload["cases"] if case["status"] != "SKIP")
+def case_seconds(cases: list[CaseResult]) -> float:
+    return sum(case.seconds or 0 for case in cases if case.status is not Status.SKIP)
 
 
 def main() -> None:
@@ -47,11 +49,11 @@ def main() -> None:
         for index in range(known.repeat):
             for covered in (False, True):
                 args = [*plan, *(["--coverage"] if covered else [])]
-                wall, payload = timed_run(args, Path(scratch) / f"run{index}-{covered}")
+                wall, header, run = timed_run(args, Path(scratch) / f"run{index}-{covered}")
                 walls[covered].append(wall)
-                cases[covered].append(case_seconds(payload))
-                statuses[covered] = sorted((c["case_id"], c["status"]) for c in payload["cases"])
-                summary = (payload["header"].get("coverage") or {}).get("summary", summary)
+                cases[covered].append(case_seconds(run))
+                statuses[covered] = sorted((c.case_id, c.status.value) for c in run)
+                summary = (header.coverage or {}).get("summary", summary)
     ran = sum(status != "SKIP" for _, status in statuses[False])
     print(f"plan: `harness run {' '.join(plan)}` ({ran} cases run), {known.repeat} runs each, alternated\n")
     print("| figure | without | with `--coverage` | ratio |\n|---|---|---|---|")

@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness.core.evidence import Evidence, reason  # noqa: E402
-from harness.core.results import CaseResult, Status, write_results  # noqa: E402
+from harness.core.header import RunHeader  # noqa: E402
+from harness.core.results import RESULTS_FILE, CaseResult, Status, write_results  # noqa: E402
 from harness.report import render_html  # noqa: E402
 from harness.report.images import prune_images  # noqa: E402
 
@@ -128,17 +129,16 @@ def synthetic_cases(failing: int = 12, seed: int = 0) -> list[CaseResult]:
     return cases
 
 
-def header() -> dict:
+def header() -> RunHeader:
     env = {"torch": "2.13.0+cpu", "diffusers": "0.42.1", "diffusers_commit": None, "python": "3.11.7",
            "device": "cpu (x86_64)"}
-    return {"environment": env, "reference_environment": env, "version_mismatch": "", "counts": {},
-            "settings": {"plan": "full", "case_timeout": 0.0, "cpu_max_ranks": 4}, "started": "2026-01-01T00:00:00",
-            "wall_s": 5321.0, "launches": 8}
+    return RunHeader(env, env, "", {}, {"plan": "full", "case_timeout": 0.0, "cpu_max_ranks": 4}, {}, [],
+                     "2026-01-01T00:00:00", 5321.0, 8)
 
 
 def write_run(folder: Path, cases: list[CaseResult]) -> Path:
     """results.json as `harness run` writes it (each traceback once)."""
-    write_results(folder / "results.json", cases, header())
+    write_results(folder / RESULTS_FILE, cases, header())
     return folder
 
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from harness.core.header import RunHeader
-from harness.core.results import CaseResult, Status, read_results
+from harness.core.results import RESULTS_FILE, CaseResult, Status, read_results
 
 
 def timed_run(args: list[str], report_dir: Path) -> tuple[float, RunHeader, list[CaseResult]]:
@@ -27,8 +27,7 @@ def timed_run(args: list[str], report_dir: Path) -> tuple[float, RunHeader, list
     subprocess.run([sys.executable, "-m", "harness", "run", "--report-dir", str(report_dir), *args],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     wall = time.perf_counter() - started
-    header, cases = read_results(report_dir / "results.json")
-    return wall, RunHeader.from_dict(header), cases
+    return (wall, *read_results(report_dir / RESULTS_FILE))
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ import math
 import sys
 from pathlib import Path
 
+from harness.core.errors import HarnessError
 from harness.core.results import CaseResult, Status, read_results
 
 FIELDS = ("status", "reason", "first_divergence", "dispatched", "kernels", "comms")
@@ -82,7 +83,11 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(__doc__.split("\n\n")[1].strip(), file=sys.stderr)
         return 2
-    before, after = (read_results(Path(path))[1] for path in argv)
+    try:
+        before, after = (read_results(Path(path), "pass the results.json of two runs")[1] for path in argv)
+    except HarnessError as error:
+        print(f"results_diff: {error}", file=sys.stderr)
+        return 2
     counted, differences = compare(before, after)
     print("compared: " + ", ".join(f"{count} {what}" for what, count in counted.items()))
     for line in differences:

@@ -225,6 +225,7 @@ def cmd_report(args) -> int:
 def cmd_backends(args) -> int:
     from harness.core import determinism
     from harness.rank import backends
+    from harness.report.matrix import WIDTH
 
     determinism.quiet_diffusers()
     rows = backends.backend_table()
@@ -232,9 +233,9 @@ def cmd_backends(args) -> int:
     cells = [[str(row[c]).replace("RuntimeError: ", "") for c in columns] for row in rows]
     widths = [max(len(c), *(len(line[i]) for line in cells)) for i, c in enumerate(columns[:-1])]
     indent = sum(widths) + 2 * len(widths)
-    for line in [columns, *cells]:  # the reason wraps under itself, so every line fits in 120 columns
+    for line in [columns, *cells]:  # the reason wraps under itself, so every line fits in the terminal's WIDTH
         lead = "  ".join(value.ljust(width) for value, width in zip(line, widths, strict=False)) + "  "
-        wrapped = textwrap.wrap(line[-1], max(120 - indent, 30)) or [""]
+        wrapped = textwrap.wrap(line[-1], max(WIDTH - indent, 30)) or [""]
         print(lead + wrapped[0])
         for more in wrapped[1:]:
             print(" " * indent + more)

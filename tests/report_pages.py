@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.core.figures import FigureSpec, histogram, images, series, table
+from harness.core.header import RunHeader
 from harness.core.results import CaseResult, Status, write_results
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -112,7 +113,7 @@ def write(folder: Path, records: list[dict], mismatch: str = "", **header) -> Pa
     head = {"environment": env, "reference_environment": dict(env, diffusers="0.41.0" if mismatch else "0.42.1"),
             "version_mismatch": mismatch, "counts": {}, "settings": {"case_timeout": 120},
             "started": "2026-01-01T00:00:00", "wall_s": 61.2, "launches": 2, **header}
-    write_results(folder / "results.json", [CaseResult.from_dict(r) for r in records], head)
+    write_results(folder / "results.json", [CaseResult.from_dict(r) for r in records], RunHeader.from_dict(head))
     return folder
 
 

@@ -17,8 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the harness of this checkout
 
-from harness.core.header import RunHeader  # noqa: E402  (after the path above)
-from harness.core.results import CaseResult, Status, read_results  # noqa: E402
+from harness.core.errors import HarnessError  # noqa: E402  (after the path above)
+from harness.core.header import RunHeader  # noqa: E402
+from harness.core.results import RESULTS_FILE, CaseResult, Status, read_results  # noqa: E402
 
 # The order the tables show the statuses in: what passed, what needs a look, what was excused or not run.
 STATUSES = (Status.PASS, Status.FAIL, Status.ERROR, Status.TIMEOUT, Status.XPASS, Status.XFAIL, Status.SKIP)
@@ -37,12 +38,15 @@ class Part:
 def _results(out: Path, name: str) -> Part | None:
     """A part's results.json; for a part cut short, the cases it finished (results.partial.jsonl), marked so."""
     try:
-        header, cases = read_results(out / name / "results.json")
-        return Part(RunHeader.from_dict(header), cases)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+        return Part(*read_results(out / name / RESULTS_FILE))
+    except HarnessError:
+        return _finished(out / name)
+
+
+def _finished(folder: Path) -> Part | None:
+    """The cases a run cut short finished, from its results.partial.jsonl (None without one)."""
     try:
-        lines = (out / name / "results.partial.jsonl").read_text(errors="replace").splitlines()[1:]
+        lines = (folder / "results.partial.jsonl").read_text(errors="replace").splitlines()[1:]
     except OSError:
         return None
     cases = []

@@ -2,20 +2,24 @@
 
 results.json is `{"header": {...}, "tracebacks": [text, ...], "cases": [record, ...]}`: a full plan's XFAIL cases
 repeat the same few tracebacks thousands of times, so each distinct one is written once in `tracebacks` and a case's
-`extra["traceback"]` holds its index there. `read_results` / `cases_of` resolve the indices again; a record whose
-traceback is text (older files, results.partial.jsonl) reads as it is.
+`extra["traceback"]` holds its index there. `read_results`, the one reader of the file, resolves the indices again; a
+record whose traceback is text (older files, results.partial.jsonl) reads as it is.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from harness.core import figures
+from harness.core.errors import HarnessError
+from harness.core.header import RunHeader
+
+RESULTS_FILE = "results.json"  # the file a run writes in its report folder, the source of every view
 
 
 class Status(StrEnum):
@@ -130,7 +134,7 @@ def resolved(case: dict[str, Any], tracebacks: list[str] | None) -> dict[str, An
     return {**case, "extra": {**extra, TRACEBACK: tracebacks[index]}}
 
 
-def payload_of(results: list[CaseResult], header: dict[str, Any]) -> dict[str, Any]:
+def payload_of(results: list[CaseResult], header: RunHeader) -> dict[str, Any]:
     """What results.json holds: each distinct traceback once, the cases pointing at it."""
     table: dict[str, int] = {}
     cases = []
@@ -140,24 +144,72 @@ def payload_of(results: list[CaseResult], header: dict[str, Any]) -> dict[str, A
         if isinstance(text, str):
             case["extra"] = {**case["extra"], TRACEBACK: table.setdefault(text, len(table))}
         cases.append(case)
-    return {"header": header, "tracebacks": list(table), "cases": cases}
+    return {"header": header.to_dict(), "tracebacks": list(table), "cases": cases}
 
 
-def cases_of(payload: dict[str, Any]) -> list[dict[str, Any]]:
-    """The case records of a results.json payload, tracebacks as text."""
-    tracebacks = payload.get("tracebacks")
-    return [resolved(case, tracebacks) for case in payload["cases"]]
-
-
-def read_results(path: Path) -> tuple[dict[str, Any], list[CaseResult]]:
-    """The header and the cases of a results.json (OSError, ValueError, KeyError or TypeError when it is not one)."""
-    payload = json.loads(Path(path).read_text(encoding="utf-8"))
-    return payload.get("header") or {}, [CaseResult.from_dict(case) for case in cases_of(payload)]
-
-
-def write_results(path: Path, results: list[CaseResult], header: dict[str, Any]) -> None:
+def write_results(path: Path, results: list[CaseResult], header: RunHeader) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(payload_of(results, header), indent=1))
     tmp.replace(path)
+
+
+_RUN_IT_FIRST = "run `harness run` first, or point at the folder it wrote (its --report-dir)"
+
+
+def read_results(path: Path, what_to_do: str = _RUN_IT_FIRST) -> tuple[RunHeader, list[CaseResult]]:
+    """The header and the cases of a results.json, as the records they were written from: the one reader of the
+    file (every view, `harness merge`, `harness ab`, the benchmarks). A missing, unreadable or foreign file is a
+    HarnessError that names it and says `what_to_do`; a case the file left fields out of still reads (`_lenient`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise HarnessError(f"no results at {path}; {what_to_do}")
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:  # ValueError: invalid JSON or not UTF-8
+        raise HarnessError(f"{path} cannot be read as JSON ({error}); {what_to_do}") from error
+    if not _is_results(payload):
+        raise HarnessError(f"{path} is not a harness results file (expected an object with a \"cases\" list of "
+                           f"objects); {what_to_do}")
+    try:
+        cases = [_lenient(resolved(case, payload.get("tracebacks"))) for case in payload["cases"]]
+    except ValueError as error:  # a traceback index without its table
+        raise HarnessError(f"{path} is not whole ({error}); {what_to_do}") from error
+    return RunHeader.from_dict(payload.get("header") or {}), cases
+
+
+def _is_results(payload: Any) -> bool:
+    """The shape write_results gives: {"header": {...}, "tracebacks": [...], "cases": [{...}, ...]}."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("header") or {}, dict):
+        return False
+    cases = payload.get("cases")
+    return isinstance(cases, list) and all(isinstance(case, dict) for case in cases)
+
+
+# The fields people read as text: never None in a view (from CaseResult's annotations).
+TEXT = tuple(f.name for f in fields(CaseResult) if f.type in ("str", "str | None", "Status"))
+_CONTAINERS = {f.name: f.default_factory for f in fields(CaseResult) if f.default_factory is not MISSING}
+_TEXT_DEFAULTS = {f.name: str(f.default) if isinstance(f.default, str) else "" for f in fields(CaseResult)
+                  if f.name in TEXT}
+
+
+def _lenient(case: dict[str, Any]) -> CaseResult:
+    """A case of the file as its record: a field the file left out (an older or a hand-written file) takes its
+    default, text is never None, and a status this harness does not know reads as ERROR that says so (a page that
+    refused the file would show nothing at all)."""
+    given = dict(case)
+    for name, default in _TEXT_DEFAULTS.items():
+        given[name] = default if given.get(name) is None else str(given[name])
+    for name, factory in _CONTAINERS.items():
+        empty = factory()
+        given[name] = given[name] if isinstance(given.get(name), type(empty)) else empty
+    given["shape"] = given["shape"] or "default"
+    given["world_size"] = given.get("world_size") or 1
+    status = given["status"].upper()
+    if status not in {member.value for member in Status}:
+        given["reason"] = (f"results.json gives the status {status or '(none)'!r}, which this report does not know"
+                           + (f"; {given['reason']}" if given["reason"] else ""))
+        status = Status.ERROR.value
+    given["status"] = status
+    return CaseResult.from_dict(given)

@@ -5,31 +5,25 @@ from __future__ import annotations
 
 import contextlib
 
+from harness.faults.patching import patched
 from harness.faults.registry import fault
 
 
-@contextlib.contextmanager
 def _registry_entry(name: str, replacement):
-    """Swap one backend function in diffusers' registry (the dispatcher looks it up on every call)."""
+    """diffusers' registry with one backend function swapped: the dispatcher reads the registry's table on every
+    call, so the table is replaced by a copy with that one entry changed (nested swaps copy the swapped table)."""
     from harness.rank.backends import registry
 
-    table = registry()._backends
-    key = next(key for key in table if getattr(key, "value", key) == name)
-    original = table[key]
-    table[key] = replacement
-    try:
-        yield
-    finally:
-        table[key] = original
+    holder = registry()
+    key = next(key for key in holder._backends if getattr(key, "value", key) == name)
+    return patched(holder, "_backends", {**holder._backends, key: replacement})
 
 
-@contextlib.contextmanager
 def registry_rewritten(name: str, holder: str):
     """A registration mistake as diffusers would make it at import: backend `name` holds `holder`'s function, for
     everything that reads the registry meanwhile (a plan included). Not a per-case fault: what it breaks is decided
     before any case runs."""
-    with _registry_entry(name, _backend_fn(holder)):
-        yield
+    return _registry_entry(name, _backend_fn(holder))
 
 
 def _backend_fn(name: str):
@@ -49,31 +43,26 @@ def redirect_dispatch():
 
 @fault("backends: the `_native_flash` entry holds `native`'s function, counted as `_native_flash` (both run the same "
        "flash kernel on CPU)")
-@contextlib.contextmanager
 def redirect_same_kernel():
     # The name counts right and the kernel is right (on CPU `native` also runs the flash kernel): only the identity
     # of the function that ran shows that `_native_flash` was not what ran.
     from harness.rank.backends import _counted
 
     native = _backend_fn("native")
-    with _registry_entry("_native_flash", _counted("_native_flash", getattr(native, "__wrapped__", native))):
-        yield
+    return _registry_entry("_native_flash", _counted("_native_flash", getattr(native, "__wrapped__", native)))
 
 
 @fault("backends: `_native_math` is dispatched but the flash kernel executes")
-@contextlib.contextmanager
 def math_runs_flash():
     # The registry says `_native_math` ran (its counter ticks), but PyTorch executes the flash kernel beneath it.
     from diffusers.models import attention_dispatch as dispatch
 
     from harness.rank.backends import _counted
 
-    with _registry_entry("_native_math", _counted("_native_math", dispatch._native_flash_attention)):
-        yield
+    return _registry_entry("_native_math", _counted("_native_math", dispatch._native_flash_attention))
 
 
 @fault("backends: SDPA runs with a 5% larger softmax scale (subtly wrong numbers)")
-@contextlib.contextmanager
 def scaled_softmax():
     # Every native SDPA call uses a 5% larger softmax scale: the right backend and kernel, subtly wrong numbers.
     import torch
@@ -84,8 +73,4 @@ def scaled_softmax():
         base = scale if scale is not None else query.shape[-1] ** -0.5
         return original(query, key, value, *args, scale=base * 1.05, **kwargs)
 
-    torch.nn.functional.scaled_dot_product_attention = scaled
-    try:
-        yield
-    finally:
-        torch.nn.functional.scaled_dot_product_attention = original
+    return patched(torch.nn.functional, "scaled_dot_product_attention", scaled)

@@ -3,9 +3,9 @@ that never exchanges, a backward on the local chunk, and changes around diffuser
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING
 
+from harness.faults.patching import patched
 from harness.faults.registry import fault
 
 if TYPE_CHECKING:
@@ -13,12 +13,9 @@ if TYPE_CHECKING:
 
 
 @fault("context parallel: each rank attends only to its own chunk (the classic two half-images bug)")
-@contextlib.contextmanager
 def cp_local_attention():
     import torch
     from diffusers.models import attention_dispatch as dispatch
-
-    original = dispatch._templated_context_parallel_attention
 
     def local_only(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                    enable_gqa=False, return_lse=False, *, forward_op, backward_op, _parallel_config=None):
@@ -26,16 +23,11 @@ def cp_local_attention():
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, scale=scale)
         return out.permute(0, 2, 1, 3)
 
-    dispatch._templated_context_parallel_attention = local_only
-    try:
-        yield
-    finally:
-        dispatch._templated_context_parallel_attention = original
+    return patched(dispatch, "_templated_context_parallel_attention", local_only)
 
 
 @fault("context parallel: one attention module is left out of the parallel plan (its processor never gets the CP "
        "config), so it attends to its own chunk and never communicates")
-@contextlib.contextmanager
 def cp_attention_left_out():
     # `enable_parallelism` hands every attention processor the CP config; here the first attention module keeps a
     # processor without it, as a module the plan forgot would: its attention runs locally on the rank's chunk.
@@ -53,11 +45,7 @@ def cp_attention_left_out():
         module.processor = copy.copy(module.processor)
         module.processor._parallel_config = None
 
-    ModelMixin.enable_parallelism = enable_parallelism
-    try:
-        yield
-    finally:
-        ModelMixin.enable_parallelism = original
+    return patched(ModelMixin, "enable_parallelism", enable_parallelism)
 
 
 class _NoKVExchange:
@@ -79,21 +67,14 @@ class _NoKVExchange:
 
 
 @fault("context parallel: the ring never exchanges K/V; every step reuses the rank's own")
-@contextlib.contextmanager
 def ring_skips_exchange():
     from diffusers.models import attention_dispatch as dispatch
 
-    original = dispatch.funcol
-    dispatch.funcol = _NoKVExchange(original)
-    try:
-        yield
-    finally:
-        dispatch.funcol = original
+    return patched(dispatch, "funcol", _NoKVExchange(dispatch.funcol))
 
 
 @fault("context parallel: attention's forward is right, its backward uses only the rank's own key/value chunk "
        "(gradients wrong, every forward check passes)")
-@contextlib.contextmanager
 def cp_backward_local_only():
     import torch
     from diffusers.models import attention_dispatch as dispatch
@@ -106,14 +87,9 @@ def cp_backward_local_only():
         local = torch.nn.functional.scaled_dot_product_attention(q, k, v).permute(0, 2, 1, 3)
         return local + (right - local).detach()  # the forward's numbers, the local attention's gradient
 
-    dispatch._templated_context_parallel_attention = local_backward
-    try:
-        yield
-    finally:
-        dispatch._templated_context_parallel_attention = original
+    return patched(dispatch, "_templated_context_parallel_attention", local_backward)
 
 
-@contextlib.contextmanager
 def _around_gather(before=None, after=None):
     """diffusers' context-parallel gather (`EquipartitionSharder.unshard`) with a change to each rank's shard before
     it, or to the gathered output after it: where a layout's own bugs live."""
@@ -125,11 +101,7 @@ def _around_gather(before=None, after=None):
         gathered = original.__func__(cls, before(tensor) if before else tensor, dim, mesh)
         return after(gathered) if after else gathered
 
-    EquipartitionSharder.unshard = classmethod(unshard)
-    try:
-        yield
-    finally:
-        EquipartitionSharder.unshard = original
+    return patched(EquipartitionSharder, "unshard", classmethod(unshard))
 
 
 @fault("low precision: each rank rounds its output shard to 4 mantissa bits before the gather")
@@ -190,7 +162,6 @@ def _round_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
 
 @fault("context parallel: a `_cp_plan` input named after no argument of forward is silently ignored, not refused "
        "(the input the plan meant to split stays whole, and nothing says so)")
-@contextlib.contextmanager
 def cp_plan_input_typo_ignored():
     from diffusers.hooks.context_parallel import ModuleForwardMetadata
 
@@ -204,8 +175,4 @@ def cp_plan_input_typo_ignored():
                 raise
             return None, True, None  # as if the argument were passed as None: diffusers then skips it
 
-    ModuleForwardMetadata._get_parameter_from_args_kwargs = lenient
-    try:
-        yield
-    finally:
-        ModuleForwardMetadata._get_parameter_from_args_kwargs = original
+    return patched(ModuleForwardMetadata, "_get_parameter_from_args_kwargs", lenient)

@@ -3,14 +3,12 @@ a sharded loader that reads another rank's slice, and a config whose context-par
 
 from __future__ import annotations
 
-import contextlib
-
+from harness.faults.patching import patched
 from harness.faults.registry import fault
 
 
 @fault("loading: the sharded from_pretrained reads the next rank's slice of the first weight it shards (each rank "
        "holds another rank's shard of it)")
-@contextlib.contextmanager
 def load_wrong_slice():
     """diffusers' streaming tensor-parallel loader slices each planned weight with `_local_shard` (looked up at each
     call): its first call of a load gets the next rank's slice."""
@@ -32,24 +30,17 @@ def load_wrong_slice():
         calls.append(dim)
         return original(tensor, dim, block_sizes, _NextRank(tp_mesh) if len(calls) == 1 else tp_mesh)
 
-    tensor_parallel._local_shard = local_shard
-    try:
-        yield
-    finally:
-        tensor_parallel._local_shard = original
+    return patched(tensor_parallel, "_local_shard", local_shard)
 
 
 @fault("loading: from_pretrained installs only the tensor-parallel part of its parallel_config, as reported upstream "
        "for CP x TP configs: the context-parallel hooks are never installed and every rank computes the whole "
        "sequence")
-@contextlib.contextmanager
 def load_cp_hooks_dropped():
     """`enable_parallelism`, which from_pretrained calls with its parallel_config, resolves the config (mesh and
     all) and applies only its tensor-parallel part, as the upstream report says from_pretrained does with a CP x TP
     config: no context-parallel hook, no processor that knows the config."""
     from diffusers import ModelMixin
-
-    original = ModelMixin.enable_parallelism
 
     def tensor_parallel_only(self, *, config, cp_plan=None):
         resolve = getattr(self, "_resolve_parallel_config", None)  # 0.41+; before, the config stays unresolved
@@ -59,8 +50,4 @@ def load_cp_hooks_dropped():
 
             apply_tensor_parallel(self, resolved.tensor_parallel_config, self._tp_plan)
 
-    ModelMixin.enable_parallelism = tensor_parallel_only
-    try:
-        yield
-    finally:
-        ModelMixin.enable_parallelism = original
+    return patched(ModelMixin, "enable_parallelism", tensor_parallel_only)

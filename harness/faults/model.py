@@ -3,14 +3,12 @@ them too, so the layouts still agree with each other while all of them disagree 
 
 from __future__ import annotations
 
-import contextlib
-
+from harness.faults.patching import patched
 from harness.faults.registry import fault
 
 
 @fault("a change to diffusers itself: Flux's RoPE rotates the other way (applies to every run, baseline too)",
        model_change=True)
-@contextlib.contextmanager
 def rope_sign():
     from diffusers.models.transformers import transformer_flux
 
@@ -20,8 +18,4 @@ def rope_sign():
         cos, sin = freqs_cis
         return original(x, (cos, -sin), *args, **kwargs)
 
-    transformer_flux.apply_rotary_emb = flipped
-    try:
-        yield
-    finally:
-        transformer_flux.apply_rotary_emb = original
+    return patched(transformer_flux, "apply_rotary_emb", flipped)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
+from harness.faults.patching import patched
 from harness.faults.registry import fault
 
 
@@ -13,21 +14,17 @@ def _on_parallel(target: str, act):
     """Call `act(module)` on the module at `target` right after `enable_parallelism`; undo what it returns after."""
     from diffusers import ModelMixin
 
-    original, undo = ModelMixin.enable_parallelism, []
-
-    def enable(self, *args, **kwargs):
-        result = original(self, *args, **kwargs)
-        undo.append(act(self.get_submodule(target)))
-        return result
-
-    ModelMixin.enable_parallelism = enable
-    try:
-        yield
-    finally:
-        ModelMixin.enable_parallelism = original
-        for handle in undo:
+    original = ModelMixin.enable_parallelism
+    with contextlib.ExitStack() as undo:
+        def enable(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            handle = act(self.get_submodule(target))
             if handle is not None:
-                handle.remove()
+                undo.callback(handle.remove)
+            return result
+
+        with patched(ModelMixin, "enable_parallelism", enable):
+            yield
 
 
 @contextlib.contextmanager
@@ -50,12 +47,8 @@ def _inside_attention(target: str, replacement):
             for handle in self.handles:
                 handle.remove()
 
-    dispatch._templated_context_parallel_attention = maybe_replaced
-    try:
-        with _on_parallel(target, Hooks):
-            yield
-    finally:
-        dispatch._templated_context_parallel_attention = original
+    with patched(dispatch, "_templated_context_parallel_attention", maybe_replaced), _on_parallel(target, Hooks):
+        yield
 
 
 @fault("the module's output comes back 1% larger", targeted=True)
@@ -94,13 +87,9 @@ def skip_allreduce(target: str):
         self.get_submodule(target)._harness_fault_target = True
         return enable(self, *args, **kwargs)
 
-    RowwiseParallel._prepare_output_fn = staticmethod(maybe_partial)
-    ModelMixin.enable_parallelism = marked
-    try:
+    with (patched(RowwiseParallel, "_prepare_output_fn", staticmethod(maybe_partial)),
+          patched(ModelMixin, "enable_parallelism", marked)):
         yield
-    finally:
-        RowwiseParallel._prepare_output_fn = original
-        ModelMixin.enable_parallelism = enable
 
 
 @fault("context parallel: attention inside this module attends only to the rank's own chunk", targeted=True)
@@ -138,7 +127,6 @@ def attention_grad(target: str):
 
 @fault("training: the gradients of this module's own parameters come out 10% too large (every other parameter's are "
        "right)", targeted=True)
-@contextlib.contextmanager
 def grad_scale(target: str):
     """After the gradients are reduced (each step), the target module's parameters' gradients are 1.1 times theirs."""
     import torch
@@ -154,8 +142,4 @@ def grad_scale(target: str):
                 if name.startswith(target + ".") and parameter.grad is not None:
                     parameter.grad.mul_(1.1)
 
-    training.reduce_context_parallel = scaled
-    try:
-        yield
-    finally:
-        training.reduce_context_parallel = original
+    return patched(training, "reduce_context_parallel", scaled)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import contextlib
 
+from harness.faults.patching import patched
 from harness.faults.registry import fault
 
 
 @fault("PyTorch's context parallelism: every step of its ring takes the rank's own K/V chunk from the gathered "
        "buffer (the exchange happens, each rank attends only to its own chunk)")
-@contextlib.contextmanager
 def tcp_own_kv_chunk():
     import torch.distributed as dist
     from torch.distributed.tensor.experimental._context_parallel import _attention as ring
@@ -21,16 +21,11 @@ def tcp_own_kv_chunk():
         original(self)  # waits for the all-gather, as the right step does
         return self._aggregated_buffer.chunk(dist.get_world_size(self._pg))[dist.get_rank(self._pg)]
 
-    ring._AllGatherRotater.next_buffer = own_chunk
-    try:
-        yield
-    finally:
-        ring._AllGatherRotater.next_buffer = original
+    return patched(ring._AllGatherRotater, "next_buffer", own_chunk)
 
 
 @fault("PyTorch's context parallelism: the image position ids go to `context_parallel` in reverse token order, so "
        "each rank rotates its tokens by other tokens' positions")
-@contextlib.contextmanager
 def tcp_positions_reversed():
     from harness.rank import torch_cp
 
@@ -48,8 +43,4 @@ def tcp_positions_reversed():
             for tensor, dim in flipped:  # the run's inputs as they were (context_parallel restores the flipped ones)
                 tensor.copy_(tensor.flip(dim))
 
-    torch_cp.sharded = reversed_ids
-    try:
-        yield
-    finally:
-        torch_cp.sharded = original
+    return patched(torch_cp, "sharded", reversed_ids)

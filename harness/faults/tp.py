@@ -3,33 +3,24 @@ backward."""
 
 from __future__ import annotations
 
-import contextlib
-
+from harness.faults.patching import patched
 from harness.faults.registry import fault
 
 
 @fault("tensor parallel: row-wise layers return their partial sums without the all-reduce")
-@contextlib.contextmanager
 def tp_skip_allreduce():
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.parallel import RowwiseParallel
-
-    original = RowwiseParallel.__dict__["_prepare_output_fn"]  # the staticmethod object itself, to restore as-is
 
     def partial_sums(output_layouts, use_local_output, mod, outputs, device_mesh):
         local = outputs.to_local() if isinstance(outputs, DTensor) else outputs
         return local
 
-    RowwiseParallel._prepare_output_fn = staticmethod(partial_sums)
-    try:
-        yield
-    finally:
-        RowwiseParallel._prepare_output_fn = original
+    return patched(RowwiseParallel, "_prepare_output_fn", staticmethod(partial_sums))
 
 
 @fault("tensor parallel, backward: column-wise layers hand on their input gradient without the all-reduce (each "
        "rank's partial sum; the forward is right)")
-@contextlib.contextmanager
 def tp_colwise_input_grad():
     """Column-wise layers take their replicated input through a function whose backward hands on the rank's own
     partial input gradient, where PyTorch's `from_local` all-reduces it (the Partial placement to Replicate)."""
@@ -54,8 +45,4 @@ def tp_colwise_input_grad():
             return LocalInputGrad.apply(given, device_mesh, input_layouts)
         return original.__func__(input_layouts, desired_input_layouts, mod, inputs, device_mesh)
 
-    ColwiseParallel._prepare_input_fn = staticmethod(unreduced)
-    try:
-        yield
-    finally:
-        ColwiseParallel._prepare_input_fn = original
+    return patched(ColwiseParallel, "_prepare_input_fn", staticmethod(unreduced))

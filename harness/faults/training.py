@@ -5,24 +5,18 @@ from __future__ import annotations
 
 import contextlib
 
+from harness.faults.patching import patched
 from harness.faults.registry import fault
 
 
 @fault("training: the harness skips summing gradients over the context-parallel ranks")
-@contextlib.contextmanager
 def train_skip_cp_reduction():
     from harness.rank import training
 
-    original = training.reduce_context_parallel
-    training.reduce_context_parallel = lambda named, groups: None
-    try:
-        yield
-    finally:
-        training.reduce_context_parallel = original
+    return patched(training, "reduce_context_parallel", lambda named, groups: None)
 
 
 @fault("training: the harness sums gradients over the context-parallel ranks twice")
-@contextlib.contextmanager
 def train_double_cp_reduction():
     from harness.rank import training
 
@@ -32,20 +26,13 @@ def train_double_cp_reduction():
         original(named, groups)
         original(named, groups)
 
-    training.reduce_context_parallel = twice
-    try:
-        yield
-    finally:
-        training.reduce_context_parallel = original
+    return patched(training, "reduce_context_parallel", twice)
 
 
 @fault("training: the data-parallel engine never reduces the gradients (each rank keeps its own half-batch "
        "gradient)")
-@contextlib.contextmanager
 def train_skip_dp_reduction():
     from harness.rank import training
-
-    original = training.data_parallel_sync
 
     @contextlib.contextmanager
     def no_sync(model):
@@ -61,21 +48,12 @@ def train_skip_dp_reduction():
         else:
             yield
 
-    training.data_parallel_sync = no_sync
-    try:
-        yield
-    finally:
-        training.data_parallel_sync = original
+    return patched(training, "data_parallel_sync", no_sync)
 
 
 @fault("training: the data-parallel split hands every data-parallel rank the first rank's samples")
-@contextlib.contextmanager
 def dp_same_samples():
     from harness.rank import training
 
     original = training.Batch.part
-    training.Batch.part = lambda self, index, parts: original(self, 0, parts)
-    try:
-        yield
-    finally:
-        training.Batch.part = original
+    return patched(training.Batch, "part", lambda self, index, parts: original(self, 0, parts))

@@ -15,10 +15,10 @@ from typing import Any
 
 from harness.core.errors import HarnessError
 from harness.core.header import RunHeader
-from harness.core.results import CaseResult
+from harness.core.results import RESULTS_FILE, CaseResult, read_results
 from harness.report.assets import page
 from harness.report.compare import WARN, Comparison, is_regression, status_changes, status_tally
-from harness.report.data import ANCHOR, BAD, STATUSES, link, load, status_counts
+from harness.report.data import ANCHOR, BAD, STATUSES, link, status_counts
 from harness.report.embed import Table, script_tag
 from harness.report.html import render_html
 from harness.report.sections import patterns
@@ -62,7 +62,7 @@ def compare_runs(old_dir: Path, new_dir: Path, out_dir: Path | None = None) -> C
 
 def _load(folder: Path, which: str) -> tuple[RunHeader, list[CaseResult]]:
     try:
-        return load(folder)
+        return read_results(folder / RESULTS_FILE)
     except HarnessError as error:
         raise HarnessError(f"{which} run ({folder}): {error}") from error
 

@@ -26,9 +26,9 @@ from collections import Counter
 from dataclasses import fields
 from typing import Any
 
-from harness.core.results import CaseResult
+from harness.core.results import TEXT, CaseResult
 from harness.report import axes, pack
-from harness.report.data import ANCHOR, ATTENTION, BAD, STATUSES, TEXT
+from harness.report.data import ANCHOR, ATTENTION, BAD, STATUSES
 from harness.report.detail import outside_link
 
 _LEAD = ("status", "reason", "world_size")  # after the axes: what (nearly) every case has

@@ -16,11 +16,11 @@ from typing import Any
 
 from harness.core.figures import cell_figure
 from harness.core.header import RunHeader
-from harness.core.results import CaseResult, Status
+from harness.core.results import RESULTS_FILE, CaseResult, Status, read_results
 from harness.report import axes
 from harness.report.assets import page
 from harness.report.coverage import coverage_section
-from harness.report.data import BAD, STATUSES, load, ordered_statuses, plain, status_counts, unique
+from harness.report.data import BAD, STATUSES, ordered_statuses, plain, status_counts, unique
 from harness.report.detail import badge
 from harness.report.embed import encode, script_tag
 from harness.report.sections import Lists, attention_section, group_section, split
@@ -41,7 +41,7 @@ NAV = (("failing", "Needs a look"), ("known-issues", "Known issues"), ("skipped"
 def render_html(report_dir: Path) -> Path:
     """Write `report_dir/index.html` from `report_dir/results.json`; images are linked relative to that folder."""
     report_dir = Path(report_dir)
-    header, cases = load(report_dir)
+    header, cases = read_results(report_dir / RESULTS_FILE)
     out = report_dir / "index.html"
     tmp = out.with_suffix(".html.tmp")
     tmp.write_text(render_page(header, cases), encoding="utf-8")

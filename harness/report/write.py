@@ -7,24 +7,23 @@ import os
 from pathlib import Path
 
 from harness.core.header import RunHeader
-from harness.core.results import CaseResult, write_results
+from harness.core.results import RESULTS_FILE, CaseResult, write_results
 from harness.report import matrix
 from harness.report.coverage import summary_line
 from harness.report.html import render_html
 
 
-def write_reports(report_dir: Path, results: list[CaseResult], header: dict) -> None:
-    write_results(report_dir / "results.json", results, header)
+def write_reports(report_dir: Path, results: list[CaseResult], header: RunHeader) -> None:
+    write_results(report_dir / RESULTS_FILE, results, header)
     matrix.write_csv(results, report_dir / "matrix.csv")
-    typed = RunHeader.from_dict(header)
-    env = typed.environment
+    env = header.environment
     lines = [f"diffusers {env.get('diffusers')}, torch {env.get('torch')}, {env.get('device')}", ""]
-    if typed.incomplete:
-        lines += [f"> **Incomplete run**: {typed.incomplete}; the cases not run are ERROR, `harness run --resume` "
+    if header.incomplete:
+        lines += [f"> **Incomplete run**: {header.incomplete}; the cases not run are ERROR, `harness run --resume` "
                   "runs them", ""]
-    if typed.version_mismatch:
-        lines += [f"> {typed.version_mismatch}", ""]
-    if covered := summary_line(typed):
+    if header.version_mismatch:
+        lines += [f"> {header.version_mismatch}", ""]
+    if covered := summary_line(header):
         lines += [f"Coverage: {covered} (`index.html#coverage`)", ""]
     text = matrix.markdown(results, lines)
     (report_dir / "matrix.md").write_text(text)

@@ -338,7 +338,7 @@ class _Launch:
         error = first[0] if first else None
         if problem in (Problem.AGENT_LOST, Problem.NODE_SILENT):
             lost, node = self._node_lost(problem)
-            return CaseRecord(case_id, error=lost, traceback=_tail(self.folder / f"torchrun-node{node}.log"))
+            return CaseRecord(case_id, error=lost, traceback=_last_log_lines(self.folder / f"torchrun-node{node}.log"))
         fatal = min(self.watch.fatal.values(), key=lambda event: event.time) if self.watch.fatal else None
         if fatal is not None and (not dead or dead[0] == fatal.rank or fatal.stage == "startup"):
             # the rank's own traceback (an import, init or cleanup failure), not torchrun's summary of it; a
@@ -348,7 +348,7 @@ class _Launch:
         if dead:  # the others' errors ("connection closed") are symptoms: name the rank that died
             seen = f"; rank {error.rank} saw: {error.message}" if error and error.rank != dead[0] else ""
             return CaseRecord(case_id, error=f"{name(dead[0])} died during the case (pid {self.watch.pids[dead[0]]})"
-                                             f"{seen}", traceback=_tail(self.folder / "torchrun.log"))
+                                             f"{seen}", traceback=_last_log_lines(self.folder / "torchrun.log"))
         if error is not None:
             return CaseRecord(case_id, error=error.message, error_rank=error.rank, traceback=error.traceback)
         where, stacks = stuck_where(self.stacks, name), "\n".join(f"--- {name(rank)} ---\n{text}"
@@ -364,7 +364,7 @@ class _Launch:
         joined = f"; node(s) {', '.join(map(str, missing))} never joined the launch (is `harness run --node-rank N` " \
                  "running there, with the same --report-dir on a shared filesystem?)" if missing else ""
         return CaseRecord(case_id, error=f"worker group ({problem}, exit code {returncode}) before reporting"
-                                         f"{joined}: {_tail(self.folder / 'torchrun.log')}")
+                                         f"{joined}: {_last_log_lines(self.folder / 'torchrun.log')}")
 
     def _node_lost(self, problem: Problem) -> tuple[str, int]:
         """A whole node failed: its torchrun agent died while its ranks ran, or its harness agent went silent."""
@@ -388,7 +388,8 @@ def _event(line: str, path: Path) -> events.Event:
         raise RuntimeError(f"{path}: not an event line ({error}): {line[:200]!r}") from None
 
 
-def _tail(path: Path, lines: int = 6) -> str:
+def _last_log_lines(path: Path, lines: int = 6) -> str:
+    """The last non-blank lines of a torchrun log, joined on one line: what the agent said of a case it took down."""
     try:
         text = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:

@@ -7,7 +7,6 @@ every planned case came back exactly once, and name what a missing or unfinished
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,13 +14,15 @@ from pathlib import Path
 from harness.core import coverage
 from harness.core.errors import HarnessError
 from harness.core.header import RunHeader
-from harness.core.results import CaseResult, cases_of
+from harness.core.results import RESULTS_FILE, CaseResult, read_results
 from harness.report import matrix
 from harness.report.idsets import describe
 from harness.report.write import write_reports
 from harness.run.shards import digest
 from harness.run.timing import time_breakdown
 from harness.run.twins import name_eager_twins
+
+PASS_PARTS = "merge the folders that `harness run --shard K/N` wrote"  # what to do when a folder given is not a part
 
 
 @dataclass
@@ -53,22 +54,16 @@ def merge_runs(folders: list[Path], out_dir: Path) -> tuple[list[CaseResult], Ru
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     _copy_images(parts, out_dir / "images")
-    write_reports(out_dir, results, header.to_dict())
+    write_reports(out_dir, results, header)
     return results, header
 
 
 def _read(folder: Path) -> Part:
-    path = folder / "results.json"
-    try:
-        payload = json.loads(path.read_text())
-        results = [CaseResult.from_dict(case) for case in cases_of(payload)]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise HarnessError(f"{path}: not a readable results.json ({error}); pass the folders that "
-                           "`harness run --shard K/N` wrote (their --report-dir)") from None
-    if not isinstance(payload.get("header", {}).get("shard"), dict):
-        raise HarnessError(f"{folder}: not a part of a sharded run (its results.json has no shard header); merge the "
-                           "folders that `harness run --shard K/N` wrote")
-    return Part(folder, RunHeader.from_dict(payload["header"]), results)
+    header, results = read_results(folder / RESULTS_FILE, PASS_PARTS + " (their --report-dir)")
+    if not isinstance(header.shard, dict):
+        raise HarnessError(f"{folder}: not a part of a sharded run (its results.json has no shard header); "
+                           + PASS_PARTS)
+    return Part(folder, header, results)
 
 
 def _check_same_plan(parts: list[Part]) -> list[str]:

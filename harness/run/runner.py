@@ -18,7 +18,7 @@ from harness.core.loads import LOADS
 from harness.core.modes import EAGER, MODES
 from harness.core.records import GroupSpec, Localization, Outcome
 from harness.core.reference import reference_path
-from harness.core.results import CaseResult, Status, write_results
+from harness.core.results import RESULTS_FILE, CaseResult, Status, write_results
 from harness.kinds import kind_of
 from harness.report import matrix
 from harness.report.images import prune_images
@@ -35,7 +35,7 @@ from harness.run.lock import report_folder_lock
 from harness.run.nodes import WORKDIR, SharedRun
 from harness.run.partial import PARTIAL
 from harness.run.plan import PlannedCase, build_plan, max_ranks, uncovered_rows
-from harness.run.settings import Settings
+from harness.run.settings import Settings, auto_case_timeout
 from harness.run.twins import name_eager_twins
 from harness.run.verdict import apply_expected_refusal, apply_known_issues, judge, not_run, note_repro
 
@@ -180,9 +180,9 @@ class _Run:
             echo(f"note: {len(header.known_issues_unmatched)} known-issue entries matched no case of the full plan "
                  f"(remove or fix them): {'; '.join(header.known_issues_unmatched)}")
         writing = time.monotonic()
-        write_reports(report_dir, results, header.to_dict())
+        write_reports(report_dir, results, header)
         header.time_breakdown["reports"] = round(time.monotonic() - writing, 2)  # known once they are written
-        write_results(report_dir / "results.json", results, header.to_dict())
+        write_results(report_dir / RESULTS_FILE, results, header)
         (report_dir / PARTIAL).unlink(missing_ok=True)
         if header.version_mismatch:
             echo(f"note: {header.version_mismatch}")
@@ -208,7 +208,7 @@ class _Run:
         try:
             header = self.header(results, GroupStats(), 0.0)
             header.incomplete = f"the harness stopped at an internal error: {cause}"
-            write_reports(report_dir, results, header.to_dict())
+            write_reports(report_dir, results, header)
         except Exception as failure:  # noqa: BLE001 - the reports' own bug: say so, keep what can be kept
             wrote = f"the reports could not be written either ({handover.describe(failure)})"
         left = {p.case.case_id for p in self.plan if p.runs and p.case.case_id not in self.done}
@@ -335,14 +335,10 @@ def _shared(nnodes: int, workdir: Path):
 
 
 def _auto_timeout(cases, root: Path) -> float:
-    """300 s, plus 60 s per GB of the largest reference's weights: a wide margin, since a hang is found by the
-    stall detection (harness.run.launch) long before; this bound is for a group that spins without progress."""
+    """The default case timeout for the largest reference's weights among `cases`."""
     paths = [reference_path(root, c.model, c.shape, kind_of(c.kind).reference_kind) for c in cases]
     sizes = [path.stat().st_size for path in paths if path.exists()]
-    return 300.0 + 60.0 * max(sizes, default=0) / 2**30
-
-
-WIDTH = 120  # every line a run prints fits in this many columns
+    return auto_case_timeout(max(sizes, default=0))
 
 
 def _progress_line(index: int, result: CaseResult, total: int) -> str:
@@ -354,7 +350,8 @@ def _progress_line(index: int, result: CaseResult, total: int) -> str:
     return _shorten(line)
 
 
-def _shorten(text: str, limit: int = WIDTH) -> str:
+def _shorten(text: str, limit: int = matrix.WIDTH) -> str:
+    """`text` within the terminal width every line a run prints fits in, its closing parenthesis kept."""
     if len(text) <= limit:
         return text
     closing = ")" if text.endswith(")") else ""
@@ -363,7 +360,7 @@ def _shorten(text: str, limit: int = WIDTH) -> str:
 
 def _clear_previous(report_dir: Path, echo) -> None:
     """A new run replaces the reports of the last one in this folder, PNGs included (none may outlive its case)."""
-    if (report_dir / "results.json").exists():
+    if (report_dir / RESULTS_FILE).exists():
         echo(f"note: replacing the previous run's reports in {report_dir} (--report-dir DIR keeps them)")
     shutil.rmtree(report_dir / "images", ignore_errors=True)
 

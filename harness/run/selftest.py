@@ -14,6 +14,7 @@ from harness.core import axes
 from harness.core.layouts import parse_layout
 from harness.core.records import Case, case_id
 from harness.core.results import Status
+from harness.report.matrix import WIDTH
 from harness.run import runner
 from harness.run.plan import PlannedCase, max_ranks, skip_reason
 from harness.run.settings import Settings
@@ -308,7 +309,7 @@ def selftest(settings: Settings, echo: Callable[[str], None] = print) -> int:
         echo(_row(control, by_id, found))
     registry_ok, registry_line = registry_control(settings)
     ok &= registry_ok
-    echo(f"  {'caught' if registry_ok else 'MISSED'}  {'registry mixup (import)':22s} {registry_line}"[:120])
+    echo(f"  {'caught' if registry_ok else 'MISSED'}  {'registry mixup (import)':22s} {registry_line}"[:WIDTH])
     echo(f"reports: {settings.path('report_dir') / 'index.html'}")
     echo("selftest passed: the harness caught every deliberate bug" if ok else
          "selftest FAILED: a deliberate bug went unreported, so a PASS from this stack proves nothing")
@@ -327,4 +328,4 @@ def _row(control: Control, by_id: dict, found: bool) -> str:
         figure = f"faulty {faulty.status.value}, clean {clean.status.value}: {faulty.reason[:40]}"
     fault = control.fault if len(control.fault) <= 22 else control.fault[:19] + "..."
     checks = checks if len(checks) <= 20 else checks[:17] + "..."
-    return f"  {'caught' if found else 'MISSED'}  {fault:22s} {control.clean_id:45s} {checks:20s} {figure}"[:120]
+    return f"  {'caught' if found else 'MISSED'}  {fault:22s} {control.clean_id:45s} {checks:20s} {figure}"[:WIDTH]

@@ -56,6 +56,15 @@ def _option(default: Any, help: str, is_list: bool = False, choices: tuple[str, 
                  metadata={"help": help, "is_list": is_list, "choices": choices})
 
 
+AUTO_TIMEOUT_S, AUTO_TIMEOUT_PER_GB_S = 300.0, 60.0  # the case timeout when `case_timeout` is 0
+
+
+def auto_case_timeout(weight_bytes: int) -> float:
+    """A wide margin for weights of `weight_bytes`: a hang is found by the stall detection (harness.run.launch) long
+    before; this bound is for a group that spins without progress."""
+    return AUTO_TIMEOUT_S + AUTO_TIMEOUT_PER_GB_S * weight_bytes / 2**30
+
+
 @dataclass
 class Settings:
     """Every option, declared once: a CLI flag (`--case-timeout`), a pytest option (`--harness-case-timeout`) and a
@@ -105,8 +114,8 @@ class Settings:
     references: str = _option("references", "Directory of the captured fp32 references.")
     report_dir: str = _option("reports", "Directory where matrix.csv, matrix.md and results.json are written.")
     known_issues: str = _option("known_issues.toml", "TOML file of known failures that become XFAIL.")
-    case_timeout: float = _option(0.0, "Seconds a case may run before it is TIMEOUT (0: 300 s + 60 s per GB of "
-                                       "weights).")
+    case_timeout: float = _option(0.0, f"Seconds a case may run before it is TIMEOUT (0: {AUTO_TIMEOUT_S:.0f} s + "
+                                       f"{AUTO_TIMEOUT_PER_GB_S:.0f} s per GB of weights).")
     check_refusals: bool = _option(False, "Run the cases diffusers is expected to refuse (backend not "
                                           "context-parallel capable, uneven split) to see it refuse, instead of SKIP.")
     cpu_max_ranks: int = _option(4, "Most ranks a CPU-only machine runs; larger layouts are SKIP.")

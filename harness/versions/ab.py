@@ -6,7 +6,8 @@ same); the head runs the same plan against a copy of those references. So the he
 the head's model against the base's (the model itself changed), while the figure a kind marks PARITY
 (harness.core.figures; the tensor kind's `vs_baseline_max_abs`) measures a layout against its own revision's
 single-device run (the parallel parity of that side). `harness report --compare`'s
-logic (harness.report.compare) gives the status changes; a regression exits 1.
+logic (harness.report.compare) gives the status changes; a regression exits 1, and so does a case that passed on
+the base and is XFAIL on the head unless `--accept-known` (harness.versions.ab_known).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ STAMP = "revision.json"
 
 
 def ab(base_text: str, head_text: str, flags: list[str], report_dir: Path, cache: Path,
-       echo: Callable[[str], None] = print) -> int:
+       echo: Callable[[str], None] = print, accept_known: bool = False) -> int:
     base, head = parse_revision(base_text), parse_revision(head_text)  # both checked before anything is built
     clock, timings = time.monotonic(), {}
     envs = {}
@@ -50,7 +51,7 @@ def ab(base_text: str, head_text: str, flags: list[str], report_dir: Path, cache
     captured = sorted(str(path.relative_to(head_references)) for path in head_references.rglob("*.safetensors")
                       if not (references / path.relative_to(head_references)).exists())
     timings["total"] = round(time.monotonic() - clock, 1)
-    report = ab_report.write(report_dir, envs, captured, timings)
+    report = ab_report.write(report_dir, envs, captured, timings, accept_known)
     for line in report.lines:
         echo(line)
     return report.exit_code

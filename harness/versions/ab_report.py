@@ -15,7 +15,7 @@ from harness.core.figures import PARITY, SINGLE_DEVICE, with_role
 from harness.core.results import CaseResult, Status
 from harness.report.compare import changed_markdown
 from harness.report.compare_page import compare_runs
-from harness.versions import ab_coverage
+from harness.versions import ab_coverage, ab_known
 from harness.versions.sides import key_figure, results, status_line, tally
 
 MOST_REPROS = 20  # scripts written per side; more FAILs are listed by the matrix
@@ -27,10 +27,11 @@ class Report:
     exit_code: int = 0
 
 
-def write(report_dir: Path, envs: dict, captured: list[str], timings: dict) -> Report:
-    comparison = compare_runs(report_dir / "base", report_dir / "head", out_dir=report_dir)
+def write(report_dir: Path, envs: dict, captured: list[str], timings: dict, accept_known: bool = False) -> Report:
     read = {side: results(report_dir / side) for side in ("base", "head")}
     cases = {side: read[side][1] for side in read}
+    comparison = ab_known.with_known(compare_runs(report_dir / "base", report_dir / "head", out_dir=report_dir),
+                                     cases["head"], accept_known)
     coverage = ab_coverage.compare(read["base"][0], read["head"][0])
     single = single_device(cases["base"], cases["head"])
     parity = {side: parity_of(cases[side]) for side in cases}
@@ -49,7 +50,7 @@ def write(report_dir: Path, envs: dict, captured: list[str], timings: dict) -> R
             handle.write(markdown + "\n")
     lines = [summary, *_terminal(comparison, cases, single, parity, repros, captured), *coverage.lines]
     lines.append(f"wrote {report_dir / 'index.html'}, {report_dir / 'matrix.md'}, {comparison.page}"
-                 + ("; exit 1: a case newly fails" if comparison.exit_code else ""))
+                 + (f"; exit 1: {comparison.why_exit_1}" if comparison.exit_code else ""))
     lines.append("time: " + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items()))
     return Report(lines, comparison.exit_code)
 
@@ -139,6 +140,7 @@ def _terminal(comparison, cases, single, parity, repros, captured) -> list[str]:
     lines = [f"  {change['old']} -> {change['new']}  {change['case_id']}  (base: "
              f"{_figures(by_id['base'].get(change['case_id']))}; head: "
              f"{_figures(by_id['head'].get(change['case_id']))})" for change in comparison.changed]
+    lines += comparison.lines()
     lines += [f"single device, head against the base's reference: {single['verdict']}"]
     lines += [f"  {label}: base {before}; head {after}" for label, before, after in single["rows"]]
     for side in ("base", "head"):
@@ -155,7 +157,8 @@ def _terminal(comparison, cases, single, parity, repros, captured) -> list[str]:
 
 def _markdown(summary, comparison, single, parity, repros, labels, captured, timings) -> str:
     lines = [f"## {summary}", "", f"base: {labels['base']} · head: {labels['head']}", "", "### Status changes", "",
-             changed_markdown(comparison), "### Single device: the head against the base's reference", "",
+             changed_markdown(comparison), *_known_markdown(comparison),
+             "### Single device: the head against the base's reference", "",
              f"{single['verdict']}", "", "| case | base | head |", "|---|---|---|"]
     lines += [f"| `{label}` | {before} | {after} |" for label, before, after in single["rows"]]
     lines += ["", "### Parallel parity (each layout against its own revision's single-device run)", ""]
@@ -172,10 +175,18 @@ def _markdown(summary, comparison, single, parity, repros, labels, captured, tim
     return "\n".join(lines).replace("\n\n\n", "\n\n") + "\n"
 
 
+def _known_markdown(comparison: ab_known.AbComparison) -> list[str]:
+    """The known regressions as a list under their own heading (none: nothing)."""
+    heading = "accepted with --accept-known" if comparison.accepted else "passed on the base, excused on the head"
+    return ([f"### Known regressions ({heading})", "", *(f"- {line.strip()}" for line in comparison.lines()), ""]
+            if comparison.known else [])
+
+
 def _page(summary, comparison, single, parity, repros, labels) -> str:
     esc = html.escape
     rows = "".join(f"<tr><td><code>{esc(c['case_id'])}</code></td><td>{esc(c['old'])}</td><td>{esc(c['new'])}"
                    f"</td><td>{esc(c['new_reason'] or c['old_reason'])}</td></tr>" for c in comparison.changed)
+    known = "".join(f"<li>{esc(line.strip())}</li>" for line in comparison.lines())
     single_rows = "".join(f"<tr><td><code>{esc(label)}</code></td><td>{esc(before)}</td><td>{esc(after)}</td></tr>"
                           for label, before, after in single["rows"])
     sides = "".join(f"<li>{side} ({esc(labels[side])}): {esc(parity[side]['tally'] or 'no parallel case')} "
@@ -186,6 +197,7 @@ def _page(summary, comparison, single, parity, repros, labels) -> str:
     return (f"<!doctype html><meta charset='utf-8'><title>harness ab</title><h1>{esc(summary)}</h1>"
             f"<h2>Status changes (<a href='compare.html'>compare.html</a>)</h2><table border=1><tr><th>case</th>"
             f"<th>base</th><th>head</th><th>reason</th></tr>{rows}</table>"
+            + (f"<h2>Known regressions</h2><ul>{known}</ul>" if known else "") +
             f"<h2>Single device: the head against the base's reference</h2><p>{esc(single['verdict'])}</p>"
             f"<table border=1><tr><th>case</th><th>base</th><th>head</th></tr>{single_rows}</table>"
             f"<h2>Parallel parity</h2><ul>{sides}</ul>" + (f"<h2>Repro scripts</h2><ul>{scripts}</ul>"

@@ -23,6 +23,8 @@ def add_commands(commands, in_force: dict, add_options) -> None:
                                         "and report what changed. Exit 1 on a regression.", description=revs)
     ab.add_argument("--base", required=True, metavar="REV", help="The revision before (it captures the references).")
     ab.add_argument("--head", required=True, metavar="REV", help="The revision after (run against base's references).")
+    ab.add_argument("--accept-known", action="store_true", help="Exit 0 when a case that passed on the base is XFAIL "
+                    "on the head (excused there by a known issue), still listing it as accepted.")
     add_options(ab, AB_OPTIONS, in_force)
     _common(ab, "reports/ab")
     bisect = commands.add_parser("bisect", help="The first revision between --good and --bad at which a case's "
@@ -74,7 +76,8 @@ def cmd_ab(args) -> int:
     from harness.versions import ab, envs
 
     flags = forwarded(args, AB_OPTIONS)
-    return ab.ab(args.base, args.head, flags, Path(args.report_dir), envs.cache_root(args.env_cache))
+    return ab.ab(args.base, args.head, flags, Path(args.report_dir), envs.cache_root(args.env_cache),
+                 accept_known=args.accept_known)
 
 
 def cmd_bisect(args) -> int:

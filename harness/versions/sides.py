@@ -11,7 +11,7 @@ from pathlib import Path
 from harness.core.errors import HarnessError
 from harness.core.figures import is_number
 from harness.core.header import RunHeader
-from harness.core.results import CaseResult, Status, read_results
+from harness.core.results import RESULTS_FILE, CaseResult, Status, read_results
 from harness.versions.envs import Env
 
 
@@ -42,12 +42,7 @@ def run_harness(env: Env, args: list[str], log: Path, echo: Callable[[str], None
 
 def results(report_dir: Path) -> tuple[RunHeader, list[CaseResult]]:
     """The header and the cases a run wrote, as the records it wrote them from."""
-    path = report_dir / "results.json"
-    try:
-        header, cases = read_results(path)
-        return RunHeader.from_dict(header), cases
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise HarnessError(f"no readable results at {path} ({error}); see the run's log beside it") from None
+    return read_results(report_dir / RESULTS_FILE, "see the run's log beside it")
 
 
 def key_figure(case: CaseResult) -> tuple[str, float] | None:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.core.results import CaseResult, Status, write_results
+from harness.core.header import RunHeader
+from harness.core.results import CaseResult, Status, read_results, write_results
 from harness.report import status_changes
-from harness.report.data import load
 
 
 def _result(case_id: str, status: str, reason: str = "") -> CaseResult:
@@ -21,7 +21,8 @@ def _result(case_id: str, status: str, reason: str = "") -> CaseResult:
 
 def _run(folder: Path, cases: dict[str, str]) -> Path:
     results = [_result(case_id, status, f"{status.lower()} reason") for case_id, status in cases.items()]
-    write_results(folder / "results.json", results, {"environment": {"diffusers": "0.42.1"}, "started": "today"})
+    write_results(folder / "results.json", results,
+                  RunHeader.from_dict({"environment": {"diffusers": "0.42.1"}, "started": "today"}))
     return folder
 
 
@@ -111,8 +112,8 @@ def test_cli_compare_of_different_plans_stays_short_and_exits_0(tmp_path, capsys
 
 
 @pytest.mark.parametrize(("which", "content", "message"), [
-    ("old", None, r"OLD run \(.*old\): no results at .*old/results\.json; run `harness run` first"),
-    ("new", "{not json", r"NEW run \(.*new\): .*new/results\.json cannot be read as JSON \(.*\); point at a folder"),
+    ("old", None, r"OLD run \(.*old\): no results at .*old/results\.json; run `harness run` first, or point at"),
+    ("new", "{not json", r"NEW run \(.*new\): .*new/results\.json cannot be read as JSON \(.*\); run `harness run`"),
     ("new", "[1, 2]", r"NEW run \(.*new\): .*new/results\.json is not a harness results file"),
     ("old", '{"cases": [1]}', r"OLD run \(.*old\): .*old/results\.json is not a harness results file"),
 ])
@@ -130,19 +131,17 @@ def test_cli_compare_bad_results_is_a_clear_error(tmp_path, capsys, which, conte
     assert not (folders["new"] / "compare.html").exists()  # nothing is written when either run is unreadable
 
 
-def test_load_reads_what_write_results_writes(tmp_path):
+def test_read_results_reads_what_write_results_writes(tmp_path):
     _run(tmp_path, {"a/ring2/native/fp32/tensor": "PASS"})
-    header, cases = load(tmp_path)
+    header, cases = read_results(tmp_path / "results.json")
     assert header.started == "today" and cases[0].status is Status.PASS and cases[0].kernels == ""
 
 
 def test_tracebacks_are_stored_once_and_every_reader_resolves_them(tmp_path):
-    """results.json writes each distinct traceback once (`tracebacks`) and an index in the case; read_results,
-    the report's load and CaseResult.from_dict with the table give the text back. Without the table the index is
-    refused, not taken for a traceback (the control)."""
+    """results.json writes each distinct traceback once (`tracebacks`) and an index in the case; read_results and
+    CaseResult.from_dict with the table give the text back. Without the table the index is refused, not taken for a
+    traceback (the control)."""
     import json
-
-    from harness.core.results import read_results
 
     shared, own = "Traceback (most recent call last):\n  ValueError: shared", "Traceback:\n  own"
     results = [_result(f"a/ring{n}/native/fp32/tensor", "XFAIL") for n in (2, 4, 8)]
@@ -150,13 +149,12 @@ def test_tracebacks_are_stored_once_and_every_reader_resolves_them(tmp_path):
     for result in results[:3]:
         result.extra["traceback"] = shared
     results[3].extra["traceback"] = own
-    write_results(tmp_path / "results.json", results, {"started": "today"})
+    write_results(tmp_path / "results.json", results, RunHeader.from_dict({"started": "today"}))
     payload = json.loads((tmp_path / "results.json").read_text())
     assert payload["tracebacks"] == [shared, own]
     assert [case["extra"]["traceback"] for case in payload["cases"]] == [0, 0, 0, 1]
     header, read = read_results(tmp_path / "results.json")
-    assert header == {"started": "today"} and [r.extra["traceback"] for r in read] == [shared] * 3 + [own]
-    assert [c.extra["traceback"] for c in load(tmp_path)[1]] == [shared] * 3 + [own]
+    assert header.started == "today" and [r.extra["traceback"] for r in read] == [shared] * 3 + [own]
     assert CaseResult.from_dict(payload["cases"][3], payload["tracebacks"]).extra["traceback"] == own
     with pytest.raises(ValueError, match="traceback #1 is not in the file's tracebacks table"):
         CaseResult.from_dict(payload["cases"][3])

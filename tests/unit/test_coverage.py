@@ -263,10 +263,10 @@ def test_the_views_carry_the_summary_and_link_every_function_to_its_lines(tmp_pa
     assert 'href="https://example.test/cp.py#L10-L20"' in section and "L12: the layout `ulysses2any`" in section
     assert "no such module" in section and "33.3 %" in section
     assert coverage_section(_header()) == ""
-    write_reports(tmp_path, [], header)
+    write_reports(tmp_path, [], _header(**header))
     assert "Coverage: diffusers 0.42.1 parallel code: 1/3" in (tmp_path / "matrix.md").read_text()
     assert 'id="coverage"' in (tmp_path / "index.html").read_text()
-    write_reports(tmp_path, [], {"environment": header["environment"]})
+    write_reports(tmp_path, [], _header(environment=header["environment"]))
     assert "Coverage" not in (tmp_path / "matrix.md").read_text()
 
 

@@ -11,7 +11,7 @@ import pytest
 from harness import faults
 from harness.core.errors import HarnessError
 
-FAMILIES = {path.stem for path in (Path(faults.__file__).parent).glob("*.py")} - {"__init__", "registry"}
+FAMILIES = {path.stem for path in (Path(faults.__file__).parent).glob("*.py")} - {"__init__", "registry", "patching"}
 
 
 def test_listing_the_faults_imports_no_torch():
@@ -95,3 +95,63 @@ def test_the_selftest_tables_name_registered_faults():
         Control("flux", "ulysses2", "native", "fp32", "cp_local_atention", "> tolerance")
     with pytest.raises(ValueError, match="needs a targeted fault"):
         Broken("flux", "ulysses2", "native", "cp_local_attention")
+
+
+class _Base:
+    @staticmethod
+    def kept():
+        return "base"
+
+
+class _Child(_Base):
+    pass
+
+
+def test_patched_swaps_for_the_block_and_restores_whatever_ends_it():
+    from harness.faults.patching import patched
+
+    held = _Base.__dict__["kept"]
+    with pytest.raises(RuntimeError, match="inside"):
+        with patched(_Base, "kept", staticmethod(lambda: "patched")):
+            assert _Base.kept() == _Child.kept() == "patched"
+            raise RuntimeError("inside")
+    assert _Base.__dict__["kept"] is held  # the staticmethod object itself, not the function it wraps
+
+
+def test_patched_removes_what_the_holder_only_inherited():
+    from harness.faults.patching import patched
+
+    with patched(_Child, "kept", staticmethod(lambda: "child")):
+        assert _Child.kept() == "child" and _Base.kept() == "base"
+    assert "kept" not in vars(_Child) and _Child.kept() == "base"
+
+
+def _patchable_state() -> dict:
+    """What the faults patch (each holder's own attributes, and diffusers' backend table), as it stands now."""
+    import importlib
+
+    from diffusers import ModelMixin
+    from diffusers.hooks.context_parallel import EquipartitionSharder, ModuleForwardMetadata
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+    from torch.distributed.tensor.experimental._context_parallel import _attention as ring
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    from harness.rank import training
+
+    modules = ["diffusers.models.attention_dispatch", "diffusers.models.transformers.transformer_flux",
+               "diffusers.hooks.tensor_parallel", "torch.nn.functional", "harness.rank.torch_cp"]
+    holders = [*map(importlib.import_module, modules), training, training.Batch, ModelMixin, EquipartitionSharder,
+               ModuleForwardMetadata, ColwiseParallel, RowwiseParallel, ring._AllGatherRotater]
+    return {"backends": dict(_AttentionBackendRegistry._backends),
+            **{(id(holder), name): value for holder in holders for name, value in list(vars(holder).items())}}
+
+
+def test_every_fault_patches_only_while_active():
+    """Each fault (but the reliability ones, which act on a rank of a live group) changes what it patches inside its
+    block and leaves everything as it found it after."""
+    before = _patchable_state()
+    for usage in faults.usages():
+        with faults.active(usage.replace(faults.registry.MODULE_PATH, "transformer_blocks.0.attn")):
+            during = _patchable_state()
+        assert (during != before) == (faults.find(usage)[0].family != "reliability"), usage
+        assert _patchable_state() == before, usage

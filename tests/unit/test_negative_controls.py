@@ -9,6 +9,7 @@ import pytest
 
 from harness.core.figures import limit
 from harness.core.results import Status
+from harness.report.matrix import WIDTH
 from harness.run.selftest import CONTROLS
 
 pytestmark = pytest.mark.slow
@@ -41,7 +42,7 @@ def test_the_selftest_says_each_control_in_one_short_line(control_results):
     assert code == 0, "\n".join(lines)
     rows = [line for line in lines if line.startswith(("  caught", "  MISSED"))]
     assert len(rows) == len(CONTROLS) + 1 and all(row.startswith("  caught") for row in rows)
-    assert all(len(line) <= 120 for line in lines) and len(lines) < len(CONTROLS) + 20
+    assert all(len(line) <= WIDTH for line in lines) and len(lines) < len(CONTROLS) + 20
     assert not any(line.startswith("[") for line in lines)  # no per-case progress, no matrix
     assert header["purpose"] == "selftest"
 

@@ -266,7 +266,7 @@ def test_an_internal_error_at_a_poll_point_hands_over_reports_and_a_resumable_ru
     assert f"RuntimeError: injected at {where}" in said[-1]
     assert "harness run --resume --report-dir reports" in said[-1]  # relative to where it ran
     header, results = read_results(report_dir / "results.json")
-    assert header["incomplete"].startswith("the harness stopped at an internal error: RuntimeError: injected")
+    assert header.incomplete.startswith("the harness stopped at an internal error: RuntimeError: injected")
     finished = [r for r in results if r.case_id not in stopped.value.unfinished]
     assert finished and all(r.status is Status.PASS for r in finished), [(r.case_id, r.reason) for r in results]
     assert stopped.value.unfinished and all(r.status is Status.ERROR and "--resume" in r.reason
@@ -312,7 +312,7 @@ def test_harness_run_stopped_by_an_internal_error_exits_3_and_resume_finishes_it
     kept = int(last.split(" finished case(s)")[0].rsplit(" ", 1)[1])
     assert f"{kept} kept from the interrupted run" in resumed.stdout
     header, results = read_results(project / "reports" / "results.json")
-    assert "incomplete" not in header and {r.status for r in results} == {Status.PASS}
+    assert header.incomplete is None and {r.status for r in results} == {Status.PASS}
 
 
 PARITY_TESTS = '''

@@ -15,10 +15,10 @@ import pytest
 
 from harness.core import figures
 from harness.core.figures import FigureSpec
-from harness.core.results import CaseResult, Status
+from harness.core.results import CaseResult, Status, read_results
 from harness.report import changed_markdown, compare_runs, render_html
 from harness.report.axes import axes, spell
-from harness.report.data import anchor, base_slug, link, load
+from harness.report.data import anchor, link
 from harness.report.detail import safe_relative
 from harness.report.embed import SHOWN_CHECKS
 from tests.report_pages import (
@@ -90,7 +90,7 @@ def test_records_are_embedded_once_and_read_back_whole(tmp_path, page):
     by harness.core.figures.cell), each figure written in its own format with limit and ratio, each failed check,
     and its extra data (other data only for cases that need a look; image paths a page must not load dropped).
     Repeated strings (one traceback in three cases, one SKIP reason in two) are stored once."""
-    _, loaded = load(tmp_path / "run")
+    _, loaded = read_results(tmp_path / "run/results.json")
     for got, want in zip(decoded(page), loaded, strict=True):
         assert {key: got[key] for key in ("case_id", "status", "reason", "world_size", "kernels")} == \
             {key: getattr(want, key) for key in ("case_id", "status", "reason", "world_size", "kernels")}
@@ -269,7 +269,7 @@ def test_a_status_this_report_does_not_know_reads_as_an_error_that_says_so(tmp_p
     folder.mkdir()
     record = case("a/ring2/native/fp32/tensor", "PASS", reason="was fine")
     (folder / "results.json").write_text(json.dumps({"header": {}, "cases": [dict(record, status="MAYBE")]}))
-    header, (read,) = load(folder)
+    header, (read,) = read_results(folder / "results.json")
     assert isinstance(read, CaseResult) and read.status is Status.ERROR and header.environment == {}
     assert read.reason == "results.json gives the status 'MAYBE', which this report does not know; was fine"
 
@@ -300,7 +300,6 @@ def test_same_version_note_and_empty_run(tmp_path):
 def test_helpers():
     assert anchor("flux@txt7/ring2/native/fp32/train+hang") == "case-flux@txt7/ring2/native/fp32/train+hang"
     assert link("reports/index.html", "a@b/c d/e") == "reports/index.html#case-a@b/c%20d/e"
-    assert base_slug("flux/ring2/native/fp32/tensor") == "case-flux-ring2-native-fp32-tensor"
     assert safe_relative("images/a b.png") == "images/a%20b.png"
     for bad in ("https://x/y.png", "//x/y.png", "/etc/passwd", "javascript:alert(1)", "C:/x.png"):
         assert safe_relative(bad) is None
@@ -404,12 +403,12 @@ def test_a_results_file_from_before_the_tracebacks_table_still_reads(tmp_path):
     folder.mkdir()
     record = case("a/ring2/native/fp32/tensor", "ERROR", extra={"traceback": TRACEBACK})
     (folder / "results.json").write_text(json.dumps({"header": {}, "cases": [record]}))
-    assert load(folder)[1][0].extra["traceback"] == TRACEBACK
+    assert read_results(folder / "results.json")[1][0].extra["traceback"] == TRACEBACK
     (folder / "results.json").write_text(json.dumps({"header": {}, "cases": [dict(record, extra={"traceback": 3})]}))
     from harness.core.errors import HarnessError
 
     with pytest.raises(HarnessError, match=r"results\.json is not whole .*traceback #3"):
-        load(folder)
+        read_results(folder / "results.json")
 
 
 def test_evil_reason_in_the_failing_list_is_text(page):

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from harness.core.errors import HarnessError
+from harness.core.header import RunHeader
 from harness.core.results import CaseResult, Status, write_results
 from harness.report.idsets import describe
 from harness.run import runner, shards
@@ -66,7 +67,7 @@ def _write_part(folder, plan, spec, status=Status.PASS, drop=()):
                for p in shard.plan if p.case.case_id not in drop]
     header = {"environment": {"torch": "t", "diffusers": "d", "device": "cpu"}, "settings": {"shard": spec},
               "wall_s": 10.0, "launches": 2, "shard": shard.header, "started": "2026-01-01T00:00:00"}
-    write_results(folder / "results.json", results, header)
+    write_results(folder / "results.json", results, RunHeader.from_dict(header))
     return shard
 
 
@@ -110,9 +111,12 @@ def test_a_part_given_twice_or_cut_from_another_plan_or_not_a_part_is_refused(tm
     _write_part(tmp_path / "c", plan[:-1], "2/3")
     with pytest.raises(HarnessError, match=r"part 2/3 \(.*c\) was cut from another plan than part 1/3"):
         merge_runs([tmp_path / "a", tmp_path / "c"], tmp_path / "merged")
-    write_results(tmp_path / "whole/results.json", [], {"settings": {}})
+    write_results(tmp_path / "whole/results.json", [], RunHeader.from_dict({}))
     with pytest.raises(HarnessError, match="whole: not a part of a sharded run"):
         merge_runs([tmp_path / "whole"], tmp_path / "merged")
+    with pytest.raises(HarnessError, match=r"no results at .*nowhere/results\.json; merge the folders that `harness "
+                                           r"run --shard K/N` wrote \(their --report-dir\)"):
+        merge_runs([tmp_path / "a", tmp_path / "nowhere"], tmp_path / "merged")
 
 
 @pytest.mark.slow

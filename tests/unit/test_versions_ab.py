@@ -66,10 +66,10 @@ def sides(tmp_path, monkeypatch):
 SINGLE, ULYSSES = "flux/single/native/fp32/tensor", "flux/ulysses2/native/fp32/tensor"
 
 
-def run_ab(tmp_path, base: str = "one", head: str = "two") -> tuple[int, list[str]]:
+def run_ab(tmp_path, base: str = "one", head: str = "two", accept_known: bool = False) -> tuple[int, list[str]]:
     lines = []
     code = ab.ab(base, head, ["--models=flux", "--layouts=ulysses2", "--kinds=tensor"], tmp_path / "ab",
-                 tmp_path / "cache", lines.append)
+                 tmp_path / "cache", lines.append, accept_known=accept_known)
     return code, lines
 
 
@@ -92,6 +92,73 @@ def test_a_fix_is_reported_and_exits_0_a_regression_exits_1(tmp_path, sides):
     assert code == 1 and "1 regression)" in summary(lines) and lines[-2].endswith("exit 1: a case newly fails")
     markdown = (tmp_path / "ab/matrix.md").read_text()
     assert "PASS | FAIL" in markdown and (tmp_path / "ab/index.html").is_file() and (tmp_path / "ab/compare.html")
+
+
+KNOWN_ISSUES = """[[issue]]
+match = "flux/ulysses2/*"
+title = "ulysses2 drifts"
+reason = "a drift of the head's ulysses attention"
+link = "https://github.com/huggingface/diffusers/issues/1"
+status = "FAIL"
+[issue.evidence.max_abs_err]
+band = [1e-2, 3e-2]
+"""
+
+
+def known_case(tmp_path, case_id: str, max_abs_err: float) -> dict:
+    """A tensor case the head's known-issue list excuses (XFAIL), as `harness run` judges it."""
+    from harness.run.known_issues import load_known_issues
+    from harness.run.verdict import apply_known_issues
+
+    path = tmp_path / "known_issues.toml"
+    path.write_text(KNOWN_ISSUES)
+    judged = apply_known_issues(tensor_case(case_id, max_abs_err, max_abs_err), load_known_issues(path))
+    assert judged.status.value == "XFAIL", judged.reason
+    return judged.to_dict()
+
+
+def test_a_case_passing_on_the_base_and_known_on_the_head_is_a_regression_naming_its_entry(tmp_path, sides):
+    """The head's known-issue list must not excuse the very change ab exists to catch: PASS -> XFAIL exits 1 and
+    names the entry; --accept-known exits 0 and still lists it."""
+    rows, _ = sides
+    passing = [case(SINGLE, 0.0), case(ULYSSES, 2.4e-7, vs_single=2.4e-7)]
+    rows.update(base={"cases": passing}, head={"cases": [case(SINGLE, 0.0), known_case(tmp_path, ULYSSES, 2.19e-2)]})
+    code, lines = run_ab(tmp_path)
+    named = (f"{ULYSSES} PASS -> XFAIL, on the head known issue \"ulysses2 drifts\" [known_issues.toml #1] "
+             "(https://github.com/huggingface/diffusers/issues/1)")
+    assert code == 1 and "1 changed status (1 regression)" in summary(lines)
+    assert f"  regression: {named}" in lines
+    assert lines[-2].endswith("exit 1: a case that passed on the base is a known issue on the head (--accept-known "
+                              "accepts it)")
+    assert f"- regression: {named}" in (tmp_path / "ab/matrix.md").read_text()
+    assert "ulysses2 drifts" in (tmp_path / "ab/index.html").read_text()
+    code, lines = run_ab(tmp_path, accept_known=True)
+    assert code == 0 and "1 changed status (0 regressions), 0 only in NEW, 0 only in OLD, 1 known regression " \
+        "accepted" in summary(lines)
+    assert f"  accepted (--accept-known): {named}" in lines and "exit 1" not in lines[-2]
+
+
+@pytest.mark.parametrize(("before", "after"), [("PASS", "PASS"), ("XFAIL", "XFAIL"), ("FAIL", "XFAIL")])
+def test_a_case_that_did_not_pass_on_the_base_or_still_passes_is_no_known_regression(tmp_path, sides, before, after):
+    """The negative controls: PASS -> PASS and XFAIL -> XFAIL, and a failure the head knows (FAIL -> XFAIL), exit 0."""
+    rows, _ = sides
+    ulysses = {"PASS": case(ULYSSES, 2.4e-7, vs_single=2.4e-7), "FAIL": case(ULYSSES, 2.19e-2, vs_single=2.19e-2),
+               "XFAIL": known_case(tmp_path, ULYSSES, 2.19e-2)}
+    rows.update(base={"cases": [case(SINGLE, 0.0), ulysses[before]]},
+                head={"cases": [case(SINGLE, 0.0), ulysses[after]]})
+    code, lines = run_ab(tmp_path)
+    assert code == 0 and f"{int(before != after)} changed status (0 regressions), 0 only in NEW, 0 only in OLD;" \
+        in summary(lines)
+    assert not any(line.startswith(("  regression:", "  accepted")) for line in lines)
+    assert "Known regressions" not in (tmp_path / "ab/matrix.md").read_text()
+
+
+def test_accept_known_is_an_ab_flag_off_by_default():
+    from harness.cli import build_parser
+
+    given = ["ab", "--base", "diffusers==0.40.0", "--head", "diffusers==0.42.1"]
+    assert build_parser().parse_args(given).accept_known is False
+    assert build_parser().parse_args([*given, "--accept-known"]).accept_known is True
 
 
 def test_a_changed_model_is_told_from_a_parallel_bug(tmp_path, sides):
