@@ -3,8 +3,7 @@ a fused projection built wrong on one rank. Each acts on the calls the flow make
 
 from __future__ import annotations
 
-import contextlib
-
+from harness.faults.patching import patched
 from harness.faults.registry import fault
 
 
@@ -16,7 +15,6 @@ def _not_rank_zero() -> bool:
 
 @fault("flows: the adapter weights given to set_adapters reach rank 0 only; every other rank keeps the adapter at its "
        "full scale")
-@contextlib.contextmanager
 def lora_scale_one_rank():
     from diffusers.loaders.peft import PeftAdapterMixin
 
@@ -25,16 +23,11 @@ def lora_scale_one_rank():
     def first_rank_only(self, adapter_names, weights=None):
         return original(self, adapter_names, None if _not_rank_zero() else weights)
 
-    PeftAdapterMixin.set_adapters = first_rank_only
-    try:
-        yield
-    finally:
-        PeftAdapterMixin.set_adapters = original
+    return patched(PeftAdapterMixin, "set_adapters", first_rank_only)
 
 
 @fault("flows: on every rank but rank 0, fuse_qkv_projections builds the fused projection with the key's weights in "
        "the value's place")
-@contextlib.contextmanager
 def fused_qkv_one_rank():
     from diffusers.models.attention import AttentionModuleMixin
 
@@ -47,8 +40,4 @@ def fused_qkv_one_rank():
             third = fused.weight.shape[0] // 3
             fused.weight.data[2 * third:] = fused.weight.data[third:2 * third].clone()
 
-    AttentionModuleMixin.fuse_projections = fuse_wrong_on_other_ranks
-    try:
-        yield
-    finally:
-        AttentionModuleMixin.fuse_projections = original
+    return patched(AttentionModuleMixin, "fuse_projections", fuse_wrong_on_other_ranks)

@@ -132,6 +132,8 @@ def _patchable_state() -> dict:
 
     from diffusers import ModelMixin
     from diffusers.hooks.context_parallel import EquipartitionSharder, ModuleForwardMetadata
+    from diffusers.loaders.peft import PeftAdapterMixin
+    from diffusers.models.attention import AttentionModuleMixin
     from diffusers.models.attention_dispatch import _AttentionBackendRegistry
     from torch.distributed.tensor.experimental._context_parallel import _attention as ring
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
@@ -141,7 +143,8 @@ def _patchable_state() -> dict:
     modules = ["diffusers.models.attention_dispatch", "diffusers.models.transformers.transformer_flux",
                "diffusers.hooks.tensor_parallel", "torch.nn.functional", "harness.rank.torch_cp"]
     holders = [*map(importlib.import_module, modules), training, training.Batch, ModelMixin, EquipartitionSharder,
-               ModuleForwardMetadata, ColwiseParallel, RowwiseParallel, ring._AllGatherRotater]
+               ModuleForwardMetadata, ColwiseParallel, RowwiseParallel, ring._AllGatherRotater, PeftAdapterMixin,
+               AttentionModuleMixin]
     return {"backends": dict(_AttentionBackendRegistry._backends),
             **{(id(holder), name): value for holder in holders for name, value in list(vars(holder).items())}}
 
