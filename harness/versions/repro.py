@@ -71,9 +71,9 @@ def _case_data(case, settings, path: Path, meta: dict) -> dict:
 
 
 def _load_data(name: str) -> dict:
-    """How the script loads the model under the layout (harness.core.loads): `enable_parallelism`, or
+    """How the script loads the model under the layout (harness.loads): `enable_parallelism`, or
     `from_pretrained` on a sharded checkpoint it saves beside itself."""
-    from harness.core.loads import load_of
+    from harness.loads import load_of
     from harness.rank.loading import MAX_SHARD_SIZE
 
     load = load_of(name)

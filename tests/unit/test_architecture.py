@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harness"
 # Lowest first: a module may import its own layer and the layers below it. The rank side (what runs inside a torchrun
 # rank) and the orchestrator share layer 4 and must not import each other.
 LAYERS = [
-    ("harness", "harness.core"),
+    ("harness", "harness.core", "harness.loads"),  # loads: the load axis's registry, its code importing torch lazily
     ("harness.report",),  # the views: results.json in, pages and text out (imports harness.core only)
     ("harness.catalogue",),
     ("harness.rank",),
