@@ -77,7 +77,7 @@ def _load_data(name: str) -> dict:
     from harness.rank.loading import MAX_SHARD_SIZE
 
     load = load_of(name)
-    return {"name": load.name, "wrapped": load.wrapped, "max_shard_size": MAX_SHARD_SIZE}
+    return {"name": load.name, "checkpoint": load.checkpoint, "wrapped": load.wrapped, "max_shard_size": MAX_SHARD_SIZE}
 
 
 def _spec_data(model: str, meta: dict) -> dict:

@@ -88,6 +88,27 @@ def test_every_guard_is_read_from_the_installed_diffusers_source():
         "a guard's text left 0.42.1"
 
 
+def test_a_load_registered_twice_is_refused_naming_both_modules():
+    from harness.loads import memory_load
+
+    def enable(model, device):
+        raise AssertionError("never registered, never called")
+
+    with pytest.raises(ValueError, match="load 'enable' is registered twice: by harness.loads.documented and by "):
+        memory_load("a second enable")(enable)
+    assert LOADS[ENABLE].prepare is not enable
+
+
+def test_each_guard_is_checked_where_diffusers_checks_it():
+    """`from_pretrained` checks its options, `enable_parallelism` the model in memory: the reason names the call."""
+    where = {name: load.refused_where for name, load in LOADS.items() if load.guard is not None}
+    assert where == {"tp_device_map": "_check_tp_supported, from from_pretrained",
+                     "tp_quantized": "_check_tp_supported, from from_pretrained",
+                     "tp_group_offload": "_check_tp_supported, from enable_parallelism",
+                     "tp_cpu_offload": "_check_tp_supported, from enable_parallelism",
+                     "tp_lora": "_check_tp_supported, from enable_parallelism"}
+
+
 def test_a_missing_package_is_a_skip_with_the_reason(monkeypatch):
     import importlib.util
 
