@@ -53,8 +53,9 @@ class RankContext:
         return self.meshes[spec]
 
     def build(self, case: Case, reference: Reference):
-        """The case built through its kind, its model loaded its load's way (harness.rank.loading): a checkpoint
-        load gives `from_pretrained` the layout's config here, so its parallelism is applied in this build."""
+        """The case built through its kind, handed the case's load plan (harness.rank.loading.plan_for) for its
+        model: a checkpoint load gives `from_pretrained` the layout's config here, so its parallelism is applied in
+        this build."""
         load = loading.plan_for(case, self.checkpoints, self.mesh(case.layout))
         with self.phase("model build"):
             return kind_of(case.kind).build(case, reference, self.device, load)
