@@ -38,7 +38,7 @@ AXES: tuple[Axis, ...] = (
     Axis("backend", "backends", "backend"),
     Axis("dtype", "dtypes", "dtype"),
     Axis("kind", "kinds", "kind", product=False),
-    Axis("load", "loads", "load", default="enable", values="harness.core.loads:LOADS"),  # how the model is loaded
+    Axis("load", "loads", "load", default="enable", values="harness.loads:LOADS"),  # how the model is loaded
     Axis("mode", "modes", "mode", default="eager", values="harness.core.modes:MODES"),  # eager or compiled
 )
 NAMES = tuple(axis.name for axis in AXES)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import torch
 
-from harness.core.loads import load_of
 from harness.core.records import Case
 from harness.core.reference import Reference, read_reference, reference_path
 from harness.kinds import kind_of
+from harness.loads import load_of
 from harness.rank import loading
 
 
@@ -53,11 +53,12 @@ class RankContext:
         return self.meshes[spec]
 
     def build(self, case: Case, reference: Reference):
-        """The case built through its kind, its model loaded its load's way (harness.rank.loading): a checkpoint
-        load gives `from_pretrained` the layout's config here, so its parallelism is applied in this build."""
-        plan = loading.plan_for(case, self.checkpoints, self.mesh(case.layout))
-        with self.phase("model build"), loading.planned(plan):
-            return kind_of(case.kind).build(case, reference, self.device)
+        """The case built through its kind, handed the case's load plan (harness.rank.loading.plan_for) for its
+        model: a checkpoint load gives `from_pretrained` the layout's config here, so its parallelism is applied in
+        this build."""
+        load = loading.plan_for(case, self.checkpoints, self.mesh(case.layout))
+        with self.phase("model build"):
+            return kind_of(case.kind).build(case, reference, self.device, load)
 
     def apply_layout(self, case: Case, built) -> None:
         """diffusers' own `enable_parallelism` (unless the model's load gave `from_pretrained` the config), then

@@ -19,18 +19,17 @@ from harness.core.errors import HarnessError
 from harness.core.layouts import DEFAULT_LAYOUTS, FULL_LAYOUTS
 from harness.core.options import DTYPE_KEYS, Option
 from harness.kinds import KINDS
+from harness.loads import LOADS
 from harness.report.images import POLICIES
 from harness.run.launchers import LAUNCHERS
 
 # What each `--plan` sets of the run's own options (the kinds add theirs: `preset`). quick: what CI runs, the default;
 # full: every model, shape and layout, the GPU backends, fp16, and diffusers' refusals checked.
-# The loads the quick plan runs on its load slice: from_pretrained as the guide writes it and wrapped in a
-# ParallelConfig, and the tensor-parallel combinations diffusers guards (harness.core.loads)
-QUICK_LOADS = ["enable", "pretrained", "pretrained_wrapped", "tp_device_map", "tp_quantized", "tp_group_offload",
-               "tp_cpu_offload", "tp_lora"]
 
 RUN_PRESETS: dict[str, dict[str, Any]] = {
-    "quick": {"modes": ["eager", "compile"], "loads": QUICK_LOADS},
+    # every load, each on the quick plan's load slice: from_pretrained as the guide writes it and wrapped in a
+    # ParallelConfig, and the tensor-parallel combinations diffusers guards (harness.loads)
+    "quick": {"modes": ["eager", "compile"], "loads": list(LOADS)},
     "full": {
         "models": "all",
         "shapes": ["all"],
