@@ -39,7 +39,7 @@ def main() -> None:
     from harness.core.records import Case
     from harness.engine.context import RankContext
     from harness.kinds import kind_of
-    from harness.rank import backends, cpu
+    from harness.rank import backends, cpu, loading
     from harness.rank.recorder import RunRecorder
 
     determinism.quiet_diffusers()
@@ -53,7 +53,7 @@ def main() -> None:
         for kind in options.kinds:
             case = Case(model=model, layout=Layout("single"), backend="native", dtype="fp32", kind=kind)
             try:
-                built = kind_of(kind).build(case, work.reference(case), work.device)
+                built = kind_of(kind).build(case, work.reference(case), work.device, loading.enabled())
             except HarnessError:  # no reference of this kind for the model (wan is not trained in the quick plan)
                 continue
 

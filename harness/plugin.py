@@ -224,8 +224,8 @@ def _numbers(result) -> str:
 
 def rerun_command(result) -> str:
     """The `harness run` that runs exactly this case's model, shape, layout, backend, dtype, kind, load and mode."""
-    from harness.core.loads import ENABLE
     from harness.core.modes import EAGER
+    from harness.loads import ENABLE
 
     return (f"harness run --models {result.model} --shapes {result.shape} --layouts {result.layout} "
             f"--backends {result.backend} --dtypes {result.dtype} --kinds {result.kind}"

@@ -202,7 +202,7 @@ def gpu_view(planned, settings, gpus: int, usable: dict[str, str]) -> GpuView:
     from harness.core.backend_names import EVERY_DEVICE
     from harness.rank import backends
     from harness.run.launchers import Capacity
-    from harness.run.plan import predicted_refusal, skip_reason
+    from harness.run.plan import expected_refusal, skip_reason
 
     case = planned.case
     if planned.plan_error is not None:
@@ -219,7 +219,7 @@ def gpu_view(planned, settings, gpus: int, usable: dict[str, str]) -> GpuView:
             return GpuView("SKIP", probed or reason)
         if not device_bound:
             return GpuView("SKIP", reason)
-        refusal = predicted_refusal(case)
+        refusal = expected_refusal(case)
         if refusal is not None and not settings.check_refusals:
             return GpuView("SKIP", refusal.reason)
     refused = dtype_refusal(case.backend, case.dtype)

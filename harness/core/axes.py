@@ -38,7 +38,7 @@ AXES: tuple[Axis, ...] = (
     Axis("backend", "backends", "backend"),
     Axis("dtype", "dtypes", "dtype"),
     Axis("kind", "kinds", "kind", product=False),
-    Axis("load", "loads", "load", default="enable", values="harness.core.loads:LOADS"),  # how the model is loaded
+    Axis("load", "loads", "load", default="enable", values="harness.loads:LOADS"),  # how the model is loaded
     # what the user calls around enable_parallelism (harness.flows), before it or after it (`_after`)
     Axis("flow", "flows", "flow", default="none", values="harness.flows:VALUES"),
     Axis("mode", "modes", "mode", default="eager", values="harness.core.modes:MODES"),  # eager or compiled

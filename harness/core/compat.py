@@ -172,7 +172,7 @@ def model_class_missing(class_name: str) -> str | None:
 @functools.cache
 def source_of(module: str) -> str:
     """The installed diffusers module's source ("" where the release has no such module): what a release refuses is
-    read from its own code (harness.catalogue.tp_guards, harness.catalogue.refusals)."""
+    read from its own code (harness.loads.guard, harness.catalogue.refusals)."""
     if importlib.util.find_spec("diffusers") is None or importlib.util.find_spec(module) is None:
         return ""
     return inspect.getsource(importlib.import_module(module))

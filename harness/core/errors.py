@@ -1,10 +1,21 @@
-"""The one domain exception: a user error that ends with a clear message and an exit code, not a traceback."""
+"""The one domain exception (a user error that ends with a clear message and an exit code, not a traceback), and how
+an error is told in a report: its first line, or its traceback cut at whole frames."""
 
 
 class HarnessError(Exception):
     """Bad input or state the user can fix; the message says what to do."""
 
     exit_code = 2
+
+
+def first_line(error: BaseException) -> str:
+    """The error's type and first line; for one of torch.compile's, also the line it explains it by (Dynamo's
+    "RuntimeError when making fake tensor call" says what the call raised only there)."""
+    text = str(error).strip().splitlines()
+    line = f"{type(error).__name__}: {text[0] if text else ''}".strip()
+    explained = next((item.strip()[len("Explanation:"):].strip() for item in text[1:]
+                      if item.strip().startswith("Explanation:")), "")
+    return f"{line} ({explained})" if explained else line
 
 
 def traceback_text(limit: int = 4000) -> str:

@@ -3,7 +3,7 @@
 
 `ringNalltoall` asks diffusers' ring to rotate K/V with all-to-all (`rotate_method="alltoall"`) and
 `ringRxulyssesUany` asks for the *any mode of both dimensions: configs diffusers 0.42.1 refuses (an expected refusal,
-harness.run.plan), so its validation is run, and a release that accepts them is judged like any other.
+harness.catalogue.predictions), so its validation is run, and a release that accepts them is judged like any other.
 
 `dpN` is data parallelism: N ranks each train on 1/N of the batch (train cases only); `dpNx<cp>` combines it with a
 context-parallel layout, every data-parallel rank holding a context-parallel group, as torchtitan lays out its mesh.

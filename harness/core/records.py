@@ -31,7 +31,7 @@ class Case:
     kind: str = "tensor"
     shape: str = "default"
     mode: str = "eager"  # eager or compiled (harness.core.modes)
-    load: str = "enable"  # enable_parallelism or from_pretrained (harness.core.loads)
+    load: str = "enable"  # enable_parallelism or from_pretrained (harness.loads)
     flow: str = "none"  # what the user calls around enable_parallelism (harness.flows)
     fault: str | None = None  # a deliberate bug for negative controls (harness.faults)
     weights_dir: str | None = None  # a local checkpoint folder (`--weights`); the shape then names the folder
@@ -82,7 +82,7 @@ class GroupSpec:
     cases: list[Case]
     baselines: str | None = None  # a folder the run's launches share single-device baselines through (None: none)
     compile_cache: str | None = None  # Inductor's cache folder for the ranks (None: Inductor's default)
-    checkpoints: str | None = None  # the run's checkpoint folders for the from_pretrained loads (harness.core.loads)
+    checkpoints: str | None = None  # the run's checkpoint folders for the from_pretrained loads (harness.loads)
     # `--coverage`: the folder each rank writes its coverage data to, and the source files it measures
     coverage_dir: str | None = None
     coverage_files: list[str] = field(default_factory=list)

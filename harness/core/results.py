@@ -77,7 +77,7 @@ class CaseResult:
     # "link"}: what a view names and links an XFAIL by; an excused item of `evidence` names its entry's key in
     # "known" and, where the entry measured one, the band its figure sat in ("band": [low, high]).
     known_issues: list[dict[str, str]] = field(default_factory=list)
-    load: str = "enable"  # enable_parallelism or from_pretrained (harness.core.loads)
+    load: str = "enable"  # enable_parallelism or from_pretrained (harness.loads)
     flow: str = "none"  # what the user calls around enable_parallelism (harness.flows)
 
     def figure(self, name: str) -> Any:

@@ -17,13 +17,12 @@ from pathlib import Path
 import torch
 
 from harness import faults, flows
-from harness.core.dtypes import torch_dtype
-from harness.core.loads import ENABLE
 from harness.core.modes import EAGER
 from harness.core.records import Case
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
-from harness.rank import backends
+from harness.loads import ENABLE
+from harness.rank import backends, loading
 from harness.rank.compiled import compile_like
 
 
@@ -85,12 +84,12 @@ class Baselines:
     def _compute(self, case: Case, backend: str, model_change, draw: str | None):
         kind = kind_of(case.kind)
         try:
+            # one device, the reference's weights: shared by every load
             built = kind.build(replace(case, backend=backend, fault=None, load=ENABLE), self.context.reference(case),
-                               self.context.device)  # one device, the reference's weights: shared by every load
+                               self.context.device, loading.enabled())
             if draw is not None:
                 built.twin(draw)
-            flows.value_of(case.flow).call(built.module, flows.Setting(self.context.device, backend,
-                                                                       torch_dtype(case.dtype)))
+            self.context.flow_on_one_device(replace(case, backend=backend), built)
             with faults.active(model_change):
                 if draw is None:  # a noise draw runs eager: against a compiled baseline it measures compile's own
                     compile_like(case.mode, built.module)  # fusion noise too, without compiling four times more

@@ -8,12 +8,12 @@ from dataclasses import replace
 
 from harness import faults, flows
 from harness.core.layouts import Layout
-from harness.core.loads import ENABLE, load_of
 from harness.core.modes import EAGER, mode_of
 from harness.core.records import Case
 from harness.engine.baselines import Baselines
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
+from harness.loads import ENABLE, load_of
 from harness.rank import backends, comms_check, loading, torch_cp
 from harness.rank.compiled import CompiledRun
 from harness.rank.recorder import RunRecorder

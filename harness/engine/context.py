@@ -12,10 +12,10 @@ import torch
 
 from harness import flows
 from harness.core.dtypes import torch_dtype
-from harness.core.loads import load_of
 from harness.core.records import Case
 from harness.core.reference import Reference, read_reference, reference_path
 from harness.kinds import kind_of
+from harness.loads import load_of
 from harness.rank import loading
 
 
@@ -55,11 +55,12 @@ class RankContext:
         return self.meshes[spec]
 
     def build(self, case: Case, reference: Reference):
-        """The case built through its kind, its model loaded its load's way (harness.rank.loading): a checkpoint
-        load gives `from_pretrained` the layout's config here, so its parallelism is applied in this build."""
-        plan = loading.plan_for(case, self.checkpoints, self.mesh(case.layout))
-        with self.phase("model build"), loading.planned(plan):
-            return kind_of(case.kind).build(case, reference, self.device)
+        """The case built through its kind, handed the case's load plan (harness.rank.loading.plan_for) for its
+        model: a checkpoint load gives `from_pretrained` the layout's config here, so its parallelism is applied in
+        this build."""
+        load = loading.plan_for(case, self.checkpoints, self.mesh(case.layout))
+        with self.phase("model build"):
+            return kind_of(case.kind).build(case, reference, self.device, load)
 
     def apply_layout(self, case: Case, built) -> None:
         """diffusers' own `enable_parallelism` (unless the model's load gave `from_pretrained` the config), with the
@@ -75,6 +76,12 @@ class RankContext:
         flow.call_at(flows.AFTER, built.module, setting)
         if built.parallelize is not None:
             built.parallelize(mesh)
+
+    def flow_on_one_device(self, case: Case, built) -> None:
+        """The calls of the case's flow on a one-device build of it (no parallelism to come before or after): what
+        a flow case is judged against, and traced against where it fails."""
+        setting = flows.Setting(self.device, case.backend, torch_dtype(case.dtype))
+        flows.value_of(case.flow).call(built.module, setting)
 
     def torch_context_parallel(self, case: Case, built):
         """PyTorch's `context_parallel` around the run for a tcp layout (harness.rank.torch_cp); else nothing."""

@@ -10,12 +10,12 @@ from dataclasses import dataclass, replace
 
 from harness import faults
 from harness.core.layouts import Layout
-from harness.core.loads import ENABLE, load_of
 from harness.core.modes import EAGER, mode_of
 from harness.core.records import Case, Localization, ModuleTrace
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
-from harness.rank import backends, localize, training
+from harness.loads import ENABLE, load_of
+from harness.rank import backends, loading, localize, training
 from harness.rank.compiled import compile_regions
 
 
@@ -109,7 +109,8 @@ def _trace(built, scale: float) -> tuple[list, list | None, str | None]:
 def _single_trace(context: RankContext, case: Case, dtype: str, reference) -> tuple[list, list | None, str | None]:
     backend = case.backend if case.layout.world_size > 1 else "native"
     single = replace(case, layout=Layout("single"), backend=backend, dtype=dtype, fault=None, load=ENABLE)
-    built = kind_of(case.kind).build(single, reference, context.device)
+    built = kind_of(case.kind).build(single, reference, context.device, loading.enabled())
+    context.flow_on_one_device(single, built)
     try:
         return _trace(built, 1.0)
     finally:

@@ -12,7 +12,6 @@ import importlib
 import os
 
 from harness.core.errors import HarnessError
-from harness.core.loads import load_of
 from harness.core.modes import EAGER
 from harness.kinds.base import COMMON_CHECKS, Built, Check, Kind
 from harness.kinds.image import ImageKind
@@ -20,6 +19,7 @@ from harness.kinds.refusal import RefusalKind
 from harness.kinds.removal import RemovalKind
 from harness.kinds.tensor import TensorKind
 from harness.kinds.train import TrainKind
+from harness.loads import load_of
 
 ENV = "HARNESS_KINDS"
 KINDS: dict[str, Kind] = {}

@@ -71,7 +71,7 @@ TORCH_CP_NOT_SCRIPTED = ("a case under PyTorch's context parallelism is not scri
                          "enable_parallelism); diffusers' context-parallel layouts are")
 
 # The checks every kind's cases get besides its own (harness.run.verdict); `graph_break` under `--fullgraph` only,
-# `load_shards` and `load_config` for the checkpoint loads only (harness.core.loads), `flow_effect` for the flows that
+# `load_shards` and `load_config` for the checkpoint loads only (harness.loads), `flow_effect` for the flows that
 # must change the numbers (harness.flows).
 COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output placements", figure=False),
                  "graph_break": Check(), "load_shards": Check("ranks' parameters", figure=False),
@@ -80,7 +80,7 @@ COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output 
 # The layout families (each with a backend that runs it) the full plan compiles on a model or two besides every model
 # under ulysses2; the whole slice is sized to about 15 minutes of Inductor on 2 cores (docs/compile.md).
 FULL_COMPILE_FAMILIES = (("single", "native"), ("ring2", "_native_flash"), ("tp2", "native"), ("tcp2", "native"))
-# The layout families the full plan loads through from_pretrained (harness.core.loads), each with its backend: every
+# The layout families the full plan loads through from_pretrained (harness.loads), each with its backend: every
 # family diffusers takes a parallel_config for, and those that load plainly (single, dp, PyTorch's CP)
 LOAD_FAMILIES = (("single", "native"), ("ulysses2", "native"), ("ring2", "_native_flash"), ("tp2", "native"),
                  ("ring2xulysses2", "_native_flash"), ("tp2+ulysses2", "native"), ("dp2", "native"),
@@ -200,12 +200,13 @@ class Kind:
         """Why a sound reference does not fit what the settings ask (and the command that fixes it), or None."""
         return None
 
-    def build(self, case: Case, reference: Reference, device) -> Built:
+    def build(self, case: Case, reference: Reference, device, load) -> Built:
+        """The case's module on `device`, its model loaded as `load` (a harness.rank.loading.LoadPlan) says."""
         raise NotImplementedError
 
     def save_checkpoint(self, case: Case, reference: Reference, target: Path) -> None:
         """The reference's weights as the diffusers checkpoint folder the checkpoint loads read with
-        `from_pretrained` (harness.core.loads), written once per run (harness.run.checkpoints): the model's own."""
+        `from_pretrained` (harness.loads), written once per run (harness.run.checkpoints): the model's own."""
         from harness.catalogue.zoo import get_spec
         from harness.rank import loading
 

@@ -137,14 +137,14 @@ class ImageKind(Kind):
             to_png(image, path.with_suffix(".png"))
         return path, written
 
-    def build(self, case, reference, device) -> Built:
+    def build(self, case, reference, device, load) -> Built:
         from harness.core.dtypes import torch_dtype
         from harness.rank import loading, noise
 
         dtype = torch_dtype(case.dtype)
         pipe = loading.pipeline(  # the case's load's way: the pipeline folder with the parallel transformer passed in
-            lambda: build_pipe(case.model, case.dtype, device, reference, case.weights_dir),
-            lambda: loading.transformer(_auto_model(), reference, device, dtype, "transformer"),
+            load, lambda: build_pipe(case.model, case.dtype, device, reference, case.weights_dir),
+            lambda: loading.transformer(load, _auto_model(), reference, device, dtype, "transformer"),
             device, dtype)
         pipe.transformer.set_attention_backend(case.backend)
         weights = {key.removeprefix("transformer."): value for key, value in reference.weights.items()

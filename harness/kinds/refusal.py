@@ -79,8 +79,8 @@ class RefusalKind(TensorKind):
     def repro_refusal(self, case) -> str:
         return "refusal cases are not scripted"
 
-    def build(self, case, reference, device) -> Built:
-        built = super().build(case, reference, device)
+    def build(self, case, reference, device, load) -> Built:
+        built = super().build(case, reference, device, load)
         model, once, found = built.module, built.run, {}
 
         def parallelize(mesh):
@@ -104,10 +104,11 @@ class RefusalKind(TensorKind):
         """Each invalid input of the layout tried: refused (with its message or another), accepted, or not tried
         and why."""
         from harness.catalogue import refusals
+        from harness.rank import loading
         from harness.rank.backends import first_line
 
-        attempt = refusals.Attempt(lambda: TensorKind.build(self, case, reference, device), case.layout, mesh,
-                                   cp_plan)
+        attempt = refusals.Attempt(lambda: TensorKind.build(self, case, reference, device, loading.enabled()),
+                                   case.layout, mesh, cp_plan)
         plan = attempt.plan(model)
         outcomes = []
         for invalid in refusals.for_layout(case.layout):

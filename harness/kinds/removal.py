@@ -71,8 +71,8 @@ class RemovalKind(TensorKind):
     def repro_refusal(self, case) -> str:
         return "removal cases are not scripted"
 
-    def build(self, case, reference, device) -> Built:
-        built = super().build(case, reference, device)
+    def build(self, case, reference, device, load) -> Built:
+        built = super().build(case, reference, device, load)
         model, once = built.module, built.run
         if case.backend == "native":  # diffusers' default, left unset as a user's script leaves it
             model.reset_attention_backend()

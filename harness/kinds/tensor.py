@@ -132,7 +132,7 @@ class TensorKind(Kind):
                               **{"class": spec.class_name, "seed": spec.seed})
         return path, write_reference(path, module.state_dict(), inputs, output, meta, force=force)
 
-    def build(self, case, reference, device) -> Built:
+    def build(self, case, reference, device, load) -> Built:
         """The model from the reference's fp32 weights cast once to the case's dtype (never down and back up)."""
         import torch
 
@@ -141,7 +141,7 @@ class TensorKind(Kind):
         from harness.rank import loading, noise, torch_cp
 
         dtype, spec = torch_dtype(case.dtype), get_spec(case.model)
-        model = loading.transformer(spec.model_class(), reference, device, dtype).eval()  # the case's load's way
+        model = loading.transformer(load, spec.model_class(), reference, device, dtype).eval()  # the case's load's way
         # `.clone()`: tensors mapped from the file can sit at unaligned addresses, which moves results by ~1e-7.
         inputs = {
             key: value.to(device, dtype if value.is_floating_point() else value.dtype).clone()

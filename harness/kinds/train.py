@@ -184,7 +184,7 @@ class TrainKind(Kind):
         return path, write_reference(path, seed_weights, inputs, ran["losses"], meta, force=force, extras=extras,
                                      loose={_FINAL: 1e-4})
 
-    def build(self, case, reference, device) -> Built:
+    def build(self, case, reference, device, load) -> Built:
         import torch
 
         from harness.catalogue.zoo import get_spec
@@ -192,7 +192,7 @@ class TrainKind(Kind):
         from harness.rank import loading, noise, training
 
         spec = get_spec(case.model)
-        model = loading.transformer(spec.model_class(), reference, device, torch.float32)  # the case's load's way
+        model = loading.transformer(load, spec.model_class(), reference, device, torch.float32)  # the case's load's way
         model.set_attention_backend(case.backend)
         batch = _batch(reference)
         steps = reference.meta["train"]["steps"]

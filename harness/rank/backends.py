@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.core.backend_names import EVERY_DEVICE
+from harness.core.errors import first_line
 
 
 def registry():
@@ -156,16 +157,6 @@ def quiet_dispatch():
         _counters.update(saved)
         _functions.clear()
         _functions.update(ran)
-
-
-def first_line(error: BaseException) -> str:
-    """The error's type and first line; for one of torch.compile's, also the line it explains it by (Dynamo's
-    "RuntimeError when making fake tensor call" says what the call raised only there)."""
-    text = str(error).strip().splitlines()
-    line = f"{type(error).__name__}: {text[0] if text else ''}".strip()
-    explained = next((item.strip()[len("Explanation:"):].strip() for item in text[1:]
-                      if item.strip().startswith("Explanation:")), "")
-    return f"{line} ({explained})" if explained else line
 
 
 # --- dispatch counting: which registered backend function actually ran, and how often -------------------------------

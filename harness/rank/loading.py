@@ -1,4 +1,4 @@
-"""A case's model loaded its load's way (harness.core.loads), and what proves the load read the right weights.
+"""A case's model loaded its load's way (harness.loads), and what proves the load read the right weights.
 
 `enable` builds the class from the reference's config and weights; the checkpoint loads call
 `<Class>.from_pretrained(folder, parallel_config=..., torch_dtype=...)` on the folder the run saved once
@@ -7,9 +7,9 @@ guide writes it, and the image kind assembles `DiffusionPipeline.from_pretrained
 around it. The `tp_*` combinations build what a user would put together with tensor parallelism (a device_map, a
 quantizer, group offloading, accelerate's offload hooks, a LoRA adapter); diffusers is the one to refuse them.
 
-A kind's build asks `transformer` (or `pipeline`) for its model; the engine says how the case loads with `planned`
-around that build. Outside a plan (capture, the single-device baselines, the enable twin) the model is built the
-`enable` way.
+The engine makes the case's `LoadPlan` (`plan_for`) and hands it to the kind's `build`, which passes it on to
+`transformer` (or `pipeline`) for its model: a reader follows a load from the case to the call. The single-device
+baselines and the enable twin build with `enabled()`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from harness.core.loads import Load, load_of
+from harness.loads import ENABLE, Load, load_of
 
 # Small enough that a tiny model spreads over many files (tiny flux: 26) and a tensor-parallel shard of one weight
 # lies in another file than the next weight's: the sharded loader must open the index's files, not one.
@@ -30,8 +30,8 @@ MAX_SHARD_SIZE = "20KB"
 
 
 @dataclass(frozen=True)
-class Plan:
-    """How the case in progress loads: its load, the checkpoint folder, and the config `from_pretrained` is given
+class LoadPlan:
+    """How a case's model loads: its load, the checkpoint folder, and the config `from_pretrained` is given
     (None: loaded plainly, the layout's parallelism applied after, or none)."""
 
     load: Load
@@ -39,18 +39,10 @@ class Plan:
     config: object | None = None
 
 
-_current: Plan | None = None
-
-
-@contextlib.contextmanager
-def planned(plan: Plan | None):
-    """`plan` for the builds inside (a kind's `build` calls `transformer` / `pipeline`)."""
-    global _current
-    before, _current = _current, plan
-    try:
-        yield
-    finally:
-        _current = before
+def enabled() -> LoadPlan:
+    """The `enable` way: the model built from the reference, its parallelism applied after (the single-device
+    baselines, a checkpoint load's enable twin)."""
+    return LoadPlan(load_of(ENABLE))
 
 
 def folder(root: Path, model: str, shape: str, kind: str) -> Path:
@@ -74,10 +66,10 @@ def parallel_config(load: Load, layout, mesh):
     return diffusers.ParallelConfig(**{key: config})
 
 
-def describe(plan: Plan, class_name: str, layout) -> dict:
+def describe(plan: LoadPlan, class_name: str, layout) -> dict:
     """The call as the report shows it, and what it says when diffusers is given no config."""
     config = "" if plan.config is None else f", parallel_config={_spelled(plan.config)}"
-    extra = "".join(f", {key}={value!r}" for key, value in _loading_options(plan.load).items())
+    extra = "".join(f", {key}={value!r}" for key, value in plan.load.from_pretrained().items())
     call = f"{class_name}.from_pretrained(<checkpoint>{config}{extra}, torch_dtype=...)"
     note = None
     if plan.config is None and layout.world_size > 1:
@@ -100,35 +92,33 @@ def _spelled(config) -> str:
     return f"{type(config).__name__}({', '.join(given)})"
 
 
-def transformer(model_class, reference, device, dtype, subfolder: str | None = None) -> torch.nn.Module:
-    """The case's transformer on `device`: from the reference (`enable`), or from the checkpoint folder through
-    `from_pretrained` with the plan's config (the checkpoint loads); the `tp_*` combinations prepared as a user
-    would before diffusers is asked to shard. `subfolder`: the transformer's folder inside a pipeline folder."""
-    plan = _current
-    if plan is None or not plan.load.checkpoint:
+def transformer(plan: LoadPlan, model_class, reference, device, dtype,
+                subfolder: str | None = None) -> torch.nn.Module:
+    """The case's transformer on `device`, loaded `plan`'s way: from the reference and prepared in memory as its load
+    says (`enable`, the in-memory combinations), or from the checkpoint folder through `from_pretrained` with its
+    load's options and the plan's config (the checkpoint loads). `subfolder`: the transformer's folder inside a
+    pipeline folder."""
+    if not plan.load.checkpoint:
         model = model_class(**reference.meta["config"])
         model.load_state_dict(reference.weights)
         model = model.to(device, dtype)
-        if plan is not None:
-            _combine(model, plan.load.name, device)
+        plan.load.prepare(model, device)
         return model
-    options = {"torch_dtype": dtype, **_loading_options(plan.load), **({"subfolder": subfolder} if subfolder else {})}
+    options = {"torch_dtype": dtype, **plan.load.from_pretrained(), **({"subfolder": subfolder} if subfolder else {})}
     if plan.config is not None:
         options["parallel_config"] = plan.config
     with _no_progress_bars():
         return model_class.from_pretrained(str(plan.folder), **options).to(device)
 
 
-def pipeline(build_enabled, load_transformer, device, dtype):
-    """The case's pipeline: `build_enabled()` for `enable`, else the pipeline folder's components with the parallel
-    transformer passed in, as the guide assembles it (`DiffusionPipeline.from_pretrained(folder,
-    transformer=transformer)`); `load_transformer()` loads the transformer its load's way (`transformer` with its
-    subfolder)."""
-    plan = _current
-    if plan is None or not plan.load.checkpoint:
+def pipeline(plan: LoadPlan, build_enabled, load_transformer, device, dtype):
+    """The case's pipeline, loaded `plan`'s way: `build_enabled()` with its transformer prepared in memory as its load
+    says, else the pipeline folder's components with the parallel transformer passed in, as the guide assembles it
+    (`DiffusionPipeline.from_pretrained(folder, transformer=transformer)`); `load_transformer()` loads the
+    transformer its load's way (`transformer` with its subfolder)."""
+    if not plan.load.checkpoint:
         pipe = build_enabled()
-        if plan is not None:
-            _combine(pipe.transformer, plan.load.name, device)
+        plan.load.prepare(pipe.transformer, device)
         return pipe
     from diffusers import DiffusionPipeline
 
@@ -154,32 +144,6 @@ def _no_progress_bars():
     finally:
         if enabled:
             logging.enable_progress_bar()
-
-
-def _loading_options(load: Load) -> dict:
-    """The `from_pretrained` options of a guarded combination (harness.catalogue.tp_guards)."""
-    if load.name == "tp_device_map":
-        return {"device_map": "cuda" if torch.cuda.is_available() else "cpu"}
-    if load.name == "tp_quantized":
-        from diffusers import QuantoConfig
-
-        return {"quantization_config": QuantoConfig(weights_dtype="int8")}
-    return {}
-
-
-def _combine(model, load: str, device) -> None:
-    """The in-memory combinations, set up the way their users do, before `enable_parallelism` is asked to shard."""
-    if load == "tp_group_offload":
-        model.enable_group_offload(onload_device=device, offload_type="block_level", num_blocks_per_group=1)
-    elif load == "tp_cpu_offload":
-        from accelerate import cpu_offload
-
-        cpu_offload(model, execution_device=device)
-    elif load == "tp_lora":
-        from peft import LoraConfig
-
-        model.add_adapter(LoraConfig(r=2, lora_alpha=2, target_modules=["to_q", "to_k", "to_v"],
-                                     init_lora_weights=False))
 
 
 def save_model(reference, model_class, target: Path) -> None:
@@ -219,15 +183,13 @@ def differing(loaded: dict[str, str], enabled: dict[str, str]) -> list[str]:
     return sorted(name for name in loaded.keys() | enabled.keys() if loaded.get(name) != enabled.get(name))
 
 
-def plan_for(case, checkpoints: Path | None, mesh) -> Plan | None:
-    """The case's load plan: None for `enable`; its folder and config for a checkpoint load; the load alone for an
-    in-memory combination."""
+def plan_for(case, checkpoints: Path | None, mesh) -> LoadPlan:
+    """The case's load plan: its folder and config for a checkpoint load; the load alone for one in memory."""
     load = load_of(case.load)
-    if load.name == "enable":
-        return None
     if not load.checkpoint:
-        return Plan(load)
+        return LoadPlan(load)
     if checkpoints is None:
         raise RuntimeError(f"case {case.case_id}: the {load.name} load needs the run's checkpoint folder, and this "
                            f"launch was given none")
-    return Plan(load, folder(checkpoints, case.model, case.shape, case.kind), parallel_config(load, case.layout, mesh))
+    return LoadPlan(load, folder(checkpoints, case.model, case.shape, case.kind),
+                    parallel_config(load, case.layout, mesh))

@@ -1,4 +1,4 @@
-"""The checkpoint folders the checkpoint loads read (harness.core.loads), written once per run by the parent.
+"""The checkpoint folders the checkpoint loads read (harness.loads), written once per run by the parent.
 
 Every rank of every launch loads from the same folders with `from_pretrained`, so they are written here, before the
 first launch, in the run's work folder (`<report_dir>/work/checkpoints`, emptied with it when the run starts): one per
@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.core.loads import load_of
 from harness.core.reference import read_reference, reference_path
 from harness.kinds import kind_of
+from harness.loads import load_of
 from harness.rank import loading
 
 FOLDER = "checkpoints"

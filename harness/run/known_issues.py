@@ -6,7 +6,7 @@ traced cause in words) and its `link` (where the cause is: the line of diffusers
 PEP 440 range such as ">=0.37,<0.40") limits the entry to the releases that have the issue. A glob matches a case's
 id with or without its mode (harness.core.modes): an issue of diffusers is the same compiled, and its evidence must
 still lie in the bands measured eager; `modes` (a list) limits the entry to those modes. Likewise with or without its
-load (harness.core.loads): a model's bug is the same whether `enable_parallelism` or `from_pretrained` applied the
+load (harness.loads): a model's bug is the same whether `enable_parallelism` or `from_pretrained` applied the
 layout; `loads` (a list) limits the entry to those loads (a loader's own bug). What it excuses:
 
 - an **error** (`status = "ERROR"`): `error_contains`, one text or a list of alternatives (diffusers rewords its
@@ -30,8 +30,8 @@ from packaging.version import Version
 
 from harness.core.errors import HarnessError
 from harness.core.evidence import Evidence
-from harness.core.loads import LOADS, enable_id
 from harness.core.modes import MODES, eager_id
+from harness.loads import LOADS, enable_id
 
 _KEYS = {"match", "title", "reason", "link", "error_contains", "diffusers", "status", "evidence", "modes", "loads"}
 _EXCUSE_KEYS = {"subjects", "band", "contains"}
@@ -69,7 +69,7 @@ class KnownIssue:
     status: str = "ERROR"  # ERROR: excuses an error by its text; FAIL: excuses the checks of `evidence`
     evidence: dict[str, Excuse] = field(default_factory=dict)
     modes: tuple[str, ...] = ()  # the modes it is about (harness.core.modes); empty: every mode
-    loads: tuple[str, ...] = ()  # the loads it is about (harness.core.loads); empty: every load
+    loads: tuple[str, ...] = ()  # the loads it is about (harness.loads); empty: every load
     key: str = ""  # where the entry is ("known_issues.toml #3"), to name it in results and warnings
     title: str = ""  # a few words that name it; empty: the first clause of its reason
 

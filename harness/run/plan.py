@@ -3,40 +3,27 @@
 from __future__ import annotations
 
 import fnmatch
-import functools
 from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 
 from harness import faults, flows
+from harness.catalogue import predictions
+from harness.catalogue.predictions import Refusal
 from harness.catalogue.zoo import SPECS, get_spec
 from harness.core import axes, compat
 from harness.core.dtypes import torch_dtype
 from harness.core.errors import HarnessError
 from harness.core.layouts import Layout, parse_layout
-from harness.core.loads import ENABLE, enable_id, load_of
 from harness.core.modes import EAGER, eager_id, mode_of
 from harness.core.records import Case, without_fault
 from harness.flows import scope as flow_scope
 from harness.kinds import KINDS, kind_of
+from harness.loads import ENABLE, enable_id, load_of
 from harness.rank import backends as backend_info
 from harness.rank import cpu as cpu_shims
 from harness.run import launchers
 from harness.run.launchers import Capacity
-
-HEADS = ("num_attention_heads", "audio_num_attention_heads")  # the head counts of a spec's config that attention splits
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """What the plan predicts diffusers will refuse for a case: why, and the texts its error may contain."""
-
-    reason: str
-    error_contains: tuple[str, ...]
-    checked: bool = False  # the refusal is what the case tests: it runs without --check-refusals too
-
-    def seen_in(self, message: str) -> bool:
-        return any(text in message for text in self.error_contains)
 
 
 @dataclass(frozen=True)
@@ -78,7 +65,7 @@ def skip_reason(case: Case, rank_limit: int | Capacity) -> str | None:
         return f"{spec.class_name} defines no _tp_plan"
     kind = kind_of(case.kind)
     unavailable = kind.unavailable() or kind.skip_reason(case) or mode_skip(case, model_class) or \
-        load_skip(case, spec, model_class) or flow_scope.unavailable(case, model_class)
+        predictions.load_skip(case) or flow_scope.unavailable(case, model_class)
     if unavailable is not None:
         return unavailable
     found = backend_info.probe(case.backend, case.dtype)
@@ -121,96 +108,14 @@ def mode_skip(case: Case, model_class) -> str | None:
     return None
 
 
-def load_skip(case: Case, spec, model_class) -> str | None:
-    """Why the case's load cannot run here (a plan-time SKIP), or None (harness.core.loads)."""
-    from harness.catalogue import tp_guards
-
-    load = load_of(case.load)
-    if load.name == ENABLE:
-        return None
-    if load.checkpoint and case.weights_dir is not None:
-        return "a --weights checkpoint is loaded as it is; the load axis applies to the zoo's own checkpoints"
-    if load.checkpoint and spec.cp_plan is not None and case.layout.is_context_parallel:
-        return (f"from_pretrained takes no cp_plan, and the tiny {spec.class_name}'s own _cp_plan does not fit it "
-                f"(the zoo passes enable_parallelism a pruned plan)")
-    return tp_guards.unavailable(load.name)
-
-
-def predicted_refusal(case: Case) -> Refusal | None:
-    """What diffusers is expected to refuse, known before launch: a tensor-parallel combination it guards against
-    (harness.catalogue.tp_guards, read from its own code), a tensor-parallel degree that does not divide the heads, a
-    context-parallel config its validation refuses, a backend its registry does not list as context-parallel
-    capable, a head count Ulysses-anything cannot pad, or a sequence (or head count) that plain ring/Ulysses cannot
-    split evenly."""
-    from harness.catalogue import tp_guards
-
-    guard = tp_guards.guarding(case.load)
-    if guard is not None:
-        return Refusal(f"diffusers refuses {guard.what} with tensor parallelism ({guard.where})", (guard.error,),
-                       checked=True)
+def expected_refusal(case: Case) -> Refusal | None:
+    """What diffusers is expected to refuse for the case: its flow's guard where the installed release carries it
+    (harness.flows), else the catalogue's prediction (harness.catalogue.predictions), asked with its kind's split
+    lengths and diffusers' registry of context-parallel capable backends."""
     refused = flow_scope.refusal(case)
     if refused is not None:
         return Refusal(refused[0], (refused[1],), checked=True)
-    layout, spec = case.layout, get_spec(case.model)
-    heads = {key: spec.config[key] for key in HEADS if key in spec.config}
-    if layout.tp > 1 and heads.get("num_attention_heads", 0) % layout.tp:
-        return Refusal(f"num_attention_heads {heads['num_attention_heads']} not divisible by the tensor-parallel "
-                       f"degree {layout.tp}", ("must divide the number of attention heads",))
-    if not layout.is_context_parallel:
-        return None
-    refused = config_refusal(layout)
-    if refused is not None:
-        return refused
-    if not backend_info.supports_context_parallel(case.backend):
-        return Refusal(f"diffusers does not register backend {case.backend!r} as context-parallel capable",
-                       ("does not support context parallelism",))
-    if layout.anything:
-        return unpaddable_heads(heads, layout.ulysses)
-    lengths = kind_of(case.kind).split_lengths(case)
-    if lengths is None:  # unknown lengths: diffusers decides
-        return None
-    degree = layout.ring * layout.ulysses
-    reasons, texts = [], []
-    uneven = [f"{name} {length}" for name, length in lengths.items() if length % degree]
-    if uneven:
-        reasons.append(f"{', '.join(uneven)} not divisible by the context-parallel degree {degree}")
-        texts.append("must be divisible by mesh size")
-    uneven_heads = [f"{key} {count}" for key, count in heads.items() if count % layout.ulysses]
-    if uneven_heads:  # diffusers' Ulysses all-to-all then fails in a reshape, without a message of its own
-        reasons.append(f"{', '.join(uneven_heads)} not divisible by the Ulysses degree {layout.ulysses}")
-        texts.append("is invalid for input of size")
-    if not reasons:
-        return None
-    return Refusal("; ".join(reasons) + " (plain ring/Ulysses split evenly; the *any layouts do not need it)",
-                   tuple(texts))
-
-
-def unpaddable_heads(heads: dict[str, int], degree: int) -> Refusal | None:
-    """Ulysses-anything pads the heads up to a multiple of the degree, but only by fewer heads than each rank then
-    holds (diffusers asserts it: 4 heads over 3 ranks would pad 2 for 2 a rank); the *any layouts take any
-    sequence length."""
-    for key, count in heads.items():
-        pad = (degree - count % degree) % degree
-        if pad and pad >= (count + pad) // degree:
-            return Refusal(f"{key} {count} over the Ulysses degree {degree}: Ulysses-anything would pad {pad} heads "
-                           f"for {(count + pad) // degree} a rank, and pads fewer only",
-                           ("should be less than new local head num",))
-    return None
-
-
-@functools.cache
-def config_refusal(layout: Layout) -> Refusal | None:
-    """The installed diffusers' own refusal of a context-parallel layout's config (`ContextParallelConfig`'s
-    validation, asked without a process group), or None when it accepts it. Tensor-parallel combinations are left to
-    `enable_parallelism` (their refusal is a known issue of the releases that refuse them)."""
-    if layout.tp > 1 or layout.is_torch_context_parallel:
-        return None
-    try:
-        layout.diffusers_config()
-    except (ValueError, NotImplementedError) as error:
-        message = backend_info.first_line(error)
-        return Refusal(f"diffusers' ContextParallelConfig refuses {layout.name}: {message}", (message,))
-    return None
+    return predictions.predicted_refusal(case, kind_of(case.kind).split_lengths, backend_info.supports_context_parallel)
 
 
 def check_weights(folder: str | None) -> None:
@@ -225,6 +130,43 @@ def check_weights(folder: str | None) -> None:
                            f"give {what}")
     if not (path / "model_index.json").is_file():
         raise HarnessError(f"option weights: {folder} has no model_index.json; give {what}")
+
+
+def check_inputs(scopes: dict, kinds, backends, dtypes, fault: str | None, weights_dir, more: dict) -> None:
+    """Every value a plan is asked for, checked before a case is made: a HarnessError naming the first unknown one
+    (a `--weights` folder, dtype, fault, mode, load, backend, layout, model, shape or kind, or an axis the plan
+    crosses that is not declared) and the valid ones. `scopes`: {kind: (models, layouts, shapes)}."""
+    check_weights(weights_dir)
+    for dtype in dtypes:
+        torch_dtype(dtype)
+    if fault is not None:
+        faults.check(fault)
+    for mode in more.get("mode", ()):
+        mode_of(mode)
+    for load in more.get("load", ()):
+        load_of(load)
+    for flow in more.get("flow", ()):
+        flows.value_of(flow)
+    known_backends = set(backend_info.all_backend_names())
+    for backend in backends:
+        if backend not in known_backends:
+            raise HarnessError(f"unknown backend {backend!r}; valid backends: {', '.join(sorted(known_backends))}")
+    for layout in (name for scope in scopes.values() for name in scope[1]):
+        parse_layout(layout)
+    for model in (name for scope in scopes.values() for name in scope[0]):
+        get_spec(model)
+    known_shapes = {name for spec in SPECS.values() for name in spec.shapes} | {"all"}
+    asked = {shape for scope in scopes.values() for shape in scope[2]}
+    if asked - known_shapes:  # a known shape runs on the models that have it
+        raise HarnessError(f"unknown shape(s) {sorted(asked - known_shapes)}; valid shapes: "
+                           f"{', '.join(sorted(known_shapes))}")
+    unknown_kinds = set(kinds) - set(KINDS)
+    if unknown_kinds:
+        raise HarnessError(f"unknown kind(s) {sorted(unknown_kinds)}; valid kinds: {', '.join(KINDS)}")
+    crossed = {"backend", "dtype", *(axis.name for axis in axes.product_axes() if axis.default is not None), *more}
+    if crossed != {axis.name for axis in axes.product_axes()}:
+        raise HarnessError(f"the plan crosses {sorted(crossed)}; the declared axes are "
+                           f"{sorted(axis.name for axis in axes.product_axes())}")
 
 
 def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_ranks: int | None = None,
@@ -243,34 +185,12 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
     given: its default). A compiled mode runs only the cases whose id without the mode matches a glob of
     `compile_cases` (each plan's compile slice: compiling costs tens of seconds a graph), and a load other than
     `enable` those whose id without the load matches a glob of `load_cases` (each plan's load slice); a load
-    exists only on the layouts it applies to (the `tp_*` combinations: tensor-parallel layouts)."""
-    check_weights(weights_dir)
-    for dtype in dtypes:
-        torch_dtype(dtype)
-    if fault is not None:
-        faults.check(fault)
-    for mode in (more or {}).get("mode", ()):
-        mode_of(mode)
-    for load in (more or {}).get("load", ()):
-        load_of(load)
-    for flow in (more or {}).get("flow", ()):
-        flows.value_of(flow)
-    known_backends = set(backend_info.all_backend_names())
-    for backend in backends:
-        if backend not in known_backends:
-            raise HarnessError(f"unknown backend {backend!r}; valid backends: {', '.join(sorted(known_backends))}")
+    exists only on the layouts it applies to (the `tp_*` combinations: tensor-parallel layouts). A flow other than
+    `none` runs the cases whose id without load, flow and mode matches a glob of `flow_cases`, where it exists."""
     scopes = {kind: (scopes or {}).get(kind, (models, layouts, shapes)) for kind in kinds}
+    check_inputs(scopes, kinds, backends, dtypes, fault, weights_dir, more or {})
     parsed = {name: parse_layout(name) for scope in scopes.values() for name in scope[1]}
-    every_model = list(dict.fromkeys(name for scope in scopes.values() for name in scope[0]))
-    specs = [get_spec(name) for name in every_model]
-    known_shapes = {name for spec in SPECS.values() for name in spec.shapes} | {"all"}
-    asked = {shape for scope in scopes.values() for shape in scope[2]}
-    if asked - known_shapes:  # a known shape runs on the models that have it
-        raise HarnessError(f"unknown shape(s) {sorted(asked - known_shapes)}; valid shapes: "
-                           f"{', '.join(sorted(known_shapes))}")
-    unknown_kinds = set(kinds) - set(KINDS)
-    if unknown_kinds:
-        raise HarnessError(f"unknown kind(s) {sorted(unknown_kinds)}; valid kinds: {', '.join(KINDS)}")
+    specs = [get_spec(name) for name in dict.fromkeys(name for scope in scopes.values() for name in scope[0])]
     if cpu_max_ranks is None:
         from harness.run.settings import OPTIONS
 
@@ -279,9 +199,6 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
     registry = backend_info.registry_problems()  # checked against the catalogue once per plan
     defaults = {axis.name: [axis.default] for axis in axes.product_axes() if axis.default is not None}
     crossed = {"backend": list(backends), "dtype": list(dtypes), **defaults, **(more or {})}  # not given: default
-    if set(crossed) != {axis.name for axis in axes.product_axes()}:
-        raise HarnessError(f"the plan crosses {sorted(crossed)}; the declared axes are "
-                           f"{sorted(axis.name for axis in axes.product_axes())}")
     plan = []
     for spec in specs:
         for kind in (name for name in KINDS if name in kinds and spec.name in scopes[name][0]):
@@ -330,7 +247,7 @@ def _planned(case: Case, limit: int, check_refusals: bool, registry: dict[str, s
         found = backend_info.probe(case.backend, case.dtype)
         if found.broken:
             return PlannedCase(case, plan_error=found.reason)
-    refusal = predicted_refusal(case) if reason is None else None
+    refusal = expected_refusal(case) if reason is None else None
     if refusal is not None and not check_refusals and not refusal.checked:
         return PlannedCase(case, f"{refusal.reason}; --check-refusals runs it to see diffusers refuse")
     return PlannedCase(case, reason, refusal)

@@ -14,12 +14,12 @@ from harness import flows
 from harness.core import axes, environment
 from harness.core.errors import HarnessError
 from harness.core.header import RunHeader
-from harness.core.loads import LOADS
 from harness.core.modes import EAGER, MODES
 from harness.core.records import GroupSpec, Localization, Outcome
 from harness.core.reference import reference_path
 from harness.core.results import RESULTS_FILE, CaseResult, Status, write_results
 from harness.kinds import kind_of
+from harness.loads import LOADS
 from harness.report import matrix
 from harness.report.images import prune_images
 from harness.report.write import write_reports

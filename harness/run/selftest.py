@@ -31,7 +31,7 @@ class Control:
     kind: str = "tensor"
     clean: Status = Status.PASS  # the clean twin's status (XFAIL: a known issue the fault must not hide behind)
     mode: str = "eager"  # compiled modes (harness.core.modes): the bug must be caught in what the compiler made
-    load: str = "enable"  # checkpoint loads (harness.core.loads): the bug is in how the weights were read
+    load: str = "enable"  # checkpoint loads (harness.loads): the bug is in how the weights were read
     flow: str = "none"  # the user's calls around enable_parallelism (harness.flows): the bug is in what they did
 
     def __post_init__(self):

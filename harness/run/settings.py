@@ -20,15 +20,12 @@ from harness.core.errors import HarnessError
 from harness.core.layouts import DEFAULT_LAYOUTS, FULL_LAYOUTS
 from harness.core.options import DTYPE_KEYS, Option
 from harness.kinds import KINDS
+from harness.loads import LOADS
 from harness.report.images import POLICIES
 from harness.run.launchers import LAUNCHERS
 
 # What each `--plan` sets of the run's own options (the kinds add theirs: `preset`). quick: what CI runs, the default;
 # full: every model, shape and layout, the GPU backends, fp16, and diffusers' refusals checked.
-# The loads the quick plan runs on its load slice: from_pretrained as the guide writes it and wrapped in a
-# ParallelConfig, and the tensor-parallel combinations diffusers guards (harness.core.loads)
-QUICK_LOADS = ["enable", "pretrained", "pretrained_wrapped", "tp_device_map", "tp_quantized", "tp_group_offload",
-               "tp_cpu_offload", "tp_lora"]
 
 # The flows the quick plan runs on its flow slice: every flow in both positions but one, `processor_after`, whose
 # context-parallel cases are a finding the communication proof fails (a proof failure is never excused: docs/flows.md);
@@ -36,7 +33,9 @@ QUICK_LOADS = ["enable", "pretrained", "pretrained_wrapped", "tp_device_map", "t
 QUICK_FLOWS = [name for name in flows.VALUES if name != "processor_after"]
 
 RUN_PRESETS: dict[str, dict[str, Any]] = {
-    "quick": {"modes": ["eager", "compile"], "loads": QUICK_LOADS, "flows": QUICK_FLOWS},
+    # every load, each on the quick plan's load slice: from_pretrained as the guide writes it and wrapped in a
+    # ParallelConfig, and the tensor-parallel combinations diffusers guards (harness.loads)
+    "quick": {"modes": ["eager", "compile"], "loads": list(LOADS), "flows": QUICK_FLOWS},
     "full": {
         "models": "all",
         "shapes": ["all"],

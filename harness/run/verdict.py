@@ -123,7 +123,7 @@ def _proof_failures(case, record) -> list[Evidence]:
 
 
 def _load_failures(result: CaseResult, record) -> list[Evidence]:
-    """A checkpoint load (harness.core.loads): how it was called, and each parameter whose local shard on a rank
+    """A checkpoint load (harness.loads): how it was called, and each parameter whose local shard on a rank
     differs from what `enable_parallelism` gives on the same layout (the wrong slice, file or rank read), named with
     its rank; the numbers may still pass, the weights are not the checkpoint's."""
     if record.load is None:

@@ -71,13 +71,13 @@ def _case_data(case, settings, path: Path, meta: dict) -> dict:
 
 
 def _load_data(name: str) -> dict:
-    """How the script loads the model under the layout (harness.core.loads): `enable_parallelism`, or
+    """How the script loads the model under the layout (harness.loads): `enable_parallelism`, or
     `from_pretrained` on a sharded checkpoint it saves beside itself."""
-    from harness.core.loads import load_of
+    from harness.loads import load_of
     from harness.rank.loading import MAX_SHARD_SIZE
 
     load = load_of(name)
-    return {"name": load.name, "wrapped": load.wrapped, "max_shard_size": MAX_SHARD_SIZE}
+    return {"name": load.name, "checkpoint": load.checkpoint, "wrapped": load.wrapped, "max_shard_size": MAX_SHARD_SIZE}
 
 
 def _spec_data(model: str, meta: dict) -> dict:

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harness"
 # Lowest first: a module may import its own layer and the layers below it. The rank side (what runs inside a torchrun
 # rank) and the orchestrator share layer 4 and must not import each other.
 LAYERS = [
-    ("harness", "harness.core"),
+    ("harness", "harness.core", "harness.loads"),  # loads: the load axis's registry, its code importing torch lazily
     ("harness.report",),  # the views: results.json in, pages and text out (imports harness.core only)
     ("harness.catalogue",),
     ("harness.rank",),
@@ -105,6 +105,33 @@ def test_no_code_outside_the_kind_modules_branches_on_a_kind_name():
              for path in PACKAGE.rglob("*.py") if "kinds" not in path.relative_to(PACKAGE).parts
              for number, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
     assert found == []
+
+
+_LOAD_BRANCH = r"""[!=]=\s*["']({names})["']|["']({names})["']\s*[!=]=|["']({names})["']\s+(not\s+)?in\b"""
+
+
+def _load_branches(text: str) -> list[str]:
+    """Lines that compare something to a load's name (`load.name == "tp_lora"`, `"enable" != name`)."""
+    from harness.loads import LOADS
+
+    pattern = re.compile(_LOAD_BRANCH.format(names="|".join(map(re.escape, LOADS))))
+    return [line.strip() for line in text.splitlines() if pattern.search(line)]
+
+
+def test_no_code_outside_the_loads_branches_on_a_load_name():
+    """Adding a load is one declaration on its code under harness/loads/ (or a module of your own); no
+    `load.name == "tp_lora"` elsewhere: the rest asks the load (`checkpoint`, `prepare`, `guard`, ...)."""
+    found = [f"{path.relative_to(PACKAGE.parent)}: {line}" for path in PACKAGE.rglob("*.py")
+             if "loads" not in path.relative_to(PACKAGE).parts for line in _load_branches(path.read_text())]
+    assert found == []
+
+
+def test_the_load_branch_check_sees_a_branch():
+    """The control: the if-chains rank/loading.py had before the registry are caught."""
+    assert _load_branches('    if load.name == "tp_device_map":\n    elif load == "tp_cpu_offload":\n'
+                          '    if not (parallel and load["name"] != "enable"):\n    x = "tp_lora"') == \
+        ['if load.name == "tp_device_map":', 'elif load == "tp_cpu_offload":',
+         'if not (parallel and load["name"] != "enable"):']
 
 
 def _circles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -113,7 +113,7 @@ RUN = [("ulysses2", "lora_scaled", None), ("ulysses2", "lora_scaled", "lora_scal
 def flowed(tmp_path_factory, zoo_references):
     """The cases above in one launch of 2 ranks, judged without known issues: what diffusers does, as it is."""
     from harness.run import runner
-    from harness.run.plan import PlannedCase, predicted_refusal
+    from harness.run.plan import PlannedCase, expected_refusal
     from harness.run.settings import load_settings
 
     folder = tmp_path_factory.mktemp("flows")
@@ -124,7 +124,7 @@ def flowed(tmp_path_factory, zoo_references):
                               "known_issues": str(empty)}, start=folder)
     cases = [Case("flux", parse_layout(layout), "native", "fp32", flow=flow, fault=fault)
              for layout, flow, fault in RUN]
-    plan = [PlannedCase(case, expected_refusal=predicted_refusal(case)) for case in cases]
+    plan = [PlannedCase(case, expected_refusal=expected_refusal(case)) for case in cases]
     summary = runner.run(settings, plan, echo=lambda line: None, localize_failures=False, purpose="selftest")
     return {result.case_id: result for result in summary.results}
 

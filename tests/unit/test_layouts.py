@@ -56,10 +56,11 @@ def test_diffusers_configs():
 def test_layouts_whose_config_diffusers_refuses_are_expected_refusals(name, refusal):
     """The plan asks the installed diffusers' validation: a refused config runs (--check-refusals) expecting
     diffusers' own message, or is a SKIP saying it; an accepted one is no refusal."""
+    from harness.catalogue.predictions import config_refusal
     from harness.core.records import Case
-    from harness.run.plan import config_refusal, predicted_refusal
+    from harness.run.plan import expected_refusal
 
-    expected = predicted_refusal(Case("flux", parse_layout(name), "_native_flash", "fp32"))
+    expected = expected_refusal(Case("flux", parse_layout(name), "_native_flash", "fp32"))
     assert expected is not None and expected.seen_in(refusal) is False and refusal in expected.reason
     assert expected.seen_in(f"ValueError: {refusal}.") or expected.seen_in(
         f"NotImplementedError: {refusal} for now, but got alltoall.")

@@ -7,13 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from harness.catalogue import tp_guards
 from harness.core import axes
 from harness.core.errors import HarnessError
 from harness.core.layouts import parse_layout
-from harness.core.loads import ENABLE, LOADS, enable_id, load_of
 from harness.core.records import Case, CaseRecord, Outcome, case_id
 from harness.core.results import Status
+from harness.loads import ENABLE, LOADS, enable_id, guard, load_of
 from harness.run.known_issues import KnownIssue
 from harness.run.plan import build_plan
 
@@ -74,17 +73,40 @@ def test_a_guarded_combination_runs_to_be_refused_without_check_refusals():
             continue
         assert item.runs and item.expected_refusal is not None and item.expected_refusal.checked
         assert item.expected_refusal.seen_in(
-            f"ValueError: {tp_guards.GUARDS[name.rsplit('/', 1)[1]].error} (and the rest of diffusers' text)")
+            f"ValueError: {LOADS[name.rsplit('/', 1)[1]].guard.error} (and the rest of diffusers' text)")
 
 
 def test_a_release_without_the_guard_runs_the_combination_and_judges_its_numbers(monkeypatch):
-    monkeypatch.setattr(tp_guards, "_source", lambda: "")
+    monkeypatch.setattr(guard, "_source", lambda: "")
     item = _plan(["tp2"], ["tp_group_offload"])["flux/tp2/native/fp32/tensor/tp_group_offload"]
     assert item.runs and item.expected_refusal is None
 
 
 def test_every_guard_is_read_from_the_installed_diffusers_source():
-    assert all(tp_guards.guarding(name) is not None for name in tp_guards.GUARDS), "a guard's text left 0.42.1"
+    guarded = [load for load in LOADS.values() if load.guard is not None]
+    assert len(guarded) == 5 and all(load.guarded_here() is load.guard for load in guarded), \
+        "a guard's text left 0.42.1"
+
+
+def test_a_load_registered_twice_is_refused_naming_both_modules():
+    from harness.loads import memory_load
+
+    def enable(model, device):
+        raise AssertionError("never registered, never called")
+
+    with pytest.raises(ValueError, match="load 'enable' is registered twice: by harness.loads.documented and by "):
+        memory_load("a second enable")(enable)
+    assert LOADS[ENABLE].prepare is not enable
+
+
+def test_each_guard_is_checked_where_diffusers_checks_it():
+    """`from_pretrained` checks its options, `enable_parallelism` the model in memory: the reason names the call."""
+    where = {name: load.refused_where for name, load in LOADS.items() if load.guard is not None}
+    assert where == {"tp_device_map": "_check_tp_supported, from from_pretrained",
+                     "tp_quantized": "_check_tp_supported, from from_pretrained",
+                     "tp_group_offload": "_check_tp_supported, from enable_parallelism",
+                     "tp_cpu_offload": "_check_tp_supported, from enable_parallelism",
+                     "tp_lora": "_check_tp_supported, from enable_parallelism"}
 
 
 def test_a_missing_package_is_a_skip_with_the_reason(monkeypatch):
@@ -175,7 +197,7 @@ def loaded(tmp_path_factory, zoo_references):
     from pathlib import Path
 
     from harness.run import runner
-    from harness.run.plan import PlannedCase, predicted_refusal
+    from harness.run.plan import PlannedCase, expected_refusal
     from harness.run.settings import load_settings
 
     folder = tmp_path_factory.mktemp("loads")
@@ -185,7 +207,7 @@ def loaded(tmp_path_factory, zoo_references):
                               "keep_work": True}, start=folder)
     cases = [Case("flux", parse_layout(layout), backend, "fp32", load=load, fault=fault)
              for layout, backend, load, fault in RUN]
-    plan = [PlannedCase(case, expected_refusal=predicted_refusal(case)) for case in cases]
+    plan = [PlannedCase(case, expected_refusal=expected_refusal(case)) for case in cases]
     lines: list[str] = []
     summary = runner.run(settings, plan, echo=lines.append, localize_failures=False, purpose="selftest")
     return {result.case_id: result for result in summary.results}, lines, folder / "reports"
@@ -231,7 +253,7 @@ def test_what_diffusers_guards_is_refused_with_its_own_error(loaded):
     for load in ("tp_device_map", "tp_group_offload"):
         result = loaded[0][f"flux/tp2/native/fp32/tensor/{load}"]
         assert result.status is Status.XFAIL and "expected refusal" in result.reason
-        assert tp_guards.GUARDS[load].error in result.reason
+        assert LOADS[load].guard.error in result.reason
 
 
 def test_case_id_helper_takes_the_load():

@@ -117,8 +117,8 @@ def test_check_refusals_runs_what_diffusers_should_refuse_with_the_expected_text
 
 
 def test_expected_refusal_is_xfail_only_when_diffusers_refuses():
+    from harness.catalogue.predictions import Refusal
     from harness.core.results import CaseResult, Status
-    from harness.run.plan import Refusal
     from harness.run.verdict import apply_expected_refusal
 
     refusal = Refusal("backend not context-parallel capable", ("does not support context parallelism",))

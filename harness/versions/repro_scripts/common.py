@@ -149,8 +149,8 @@ def loaded_model(reference, dtype, device, parallel):
     """The model of the case on one device, or under its layout: built and then `enable_parallelism` (the `enable`
     load), or, for a `pretrained` load, `from_pretrained(folder, parallel_config=..., torch_dtype=...)` on the
     reference's weights saved as a sharded diffusers checkpoint, as diffusers' distributed-inference guide loads it."""
-    load = CASE.get("load") or {"name": "enable"}
-    if not (parallel and load["name"] != "enable"):
+    load = CASE.get("load") or {"checkpoint": False}
+    if not (parallel and load["checkpoint"]):
         model = build_model(reference, dtype, device)
         if parallel:
             parallelize(model, device)
