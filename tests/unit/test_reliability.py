@@ -23,6 +23,7 @@ from harness.core.figures import limit, value
 from harness.core.layouts import parse_layout
 from harness.core.results import CaseResult, Status
 from harness.run import partial, runner
+from harness.run.folders import launches_folder
 from harness.run.plan import Case, PlannedCase
 from tests.processes import kill_leftovers, workers_naming
 
@@ -63,7 +64,7 @@ DELIBERATE = "RuntimeError: deliberate failure on rank 1 (raise_rank1)"
 
 def _launched_first(report_dir: Path) -> list[str]:
     """The first case of each launch, in launch order (from the group files the launcher wrote)."""
-    groups = sorted((report_dir / "work").glob("ws2-*/group.json"), key=lambda p: int(p.parent.name[4:]))
+    groups = sorted(launches_folder(report_dir).glob("ws2-*/group.json"), key=lambda p: int(p.parent.name[4:]))
     return [Case.from_dict(json.loads(p.read_text())["cases"][0]).case_id for p in groups]
 
 
