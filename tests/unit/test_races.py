@@ -316,6 +316,9 @@ def test_harness_run_stopped_by_an_internal_error_exits_3_and_resume_finishes_it
     assert f"{kept} kept from the interrupted run" in resumed.stdout
     header, results = read_results(project / "reports" / "results.json")
     assert "incomplete" not in header and {r.status for r in results} == {Status.PASS}
+    # the resumed run's folder is the artifact alone: no partial file, lock, cache or work files
+    assert sorted(path.name for path in (project / "reports").iterdir()) == ["index.html", "matrix.csv", "matrix.md",
+                                                                           "results.json"]
 
 
 PARITY_TESTS = '''

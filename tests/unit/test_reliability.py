@@ -132,7 +132,7 @@ def _signal_state(pid: int) -> str:
 
 def _wait_for_hang(project: Path, process: subprocess.Popen, timeout: float = 120) -> None:
     """Until rank 1 of the 2-rank launch has reported that it started the (hanging) case."""
-    events = project / "reports/work/ws2-1/rank1.jsonl"
+    events = launches_folder(project / "reports") / "ws2-1" / "rank1.jsonl"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if events.exists() and any(json.loads(line)["event"] == "start" for line in events.read_text().splitlines()
