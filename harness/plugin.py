@@ -29,15 +29,13 @@ def pytest_configure(config):
         config.option.dist = "loadfile"
 
 
-PYTEST_REPORTS = "pytest"  # under the configured report folder: the parity items' own, unless told otherwise
-
-
 def settings_from(config):
-    """The run's settings for this session. The parity items write to `<report_dir>/pytest` unless
+    """The run's settings for this session. The parity items write to `<report_dir>.work/pytest` unless
     `--harness-report-dir` says where: a `harness run` in the same checkout, started beside `pytest`, then never
-    meets them (each folder holds one live run)."""
+    meets them (each folder holds one live run), and the folder a CI job uploads holds no test scratch."""
     from dataclasses import replace
 
+    from harness.run.folders import pytest_report_folder
     from harness.run.settings import RUN_OPTIONS, load_settings
 
     overrides = {name: config.getoption(f"harness_{name}") for name in RUN_OPTIONS}
@@ -46,7 +44,7 @@ def settings_from(config):
         raise pytest.UsageError("--harness-shard and --harness-launcher are for `harness run` (then `harness merge`); "
                                 "under pytest select items with -k")
     if overrides["report_dir"] is None:
-        settings = replace(settings, report_dir=str(settings.path("report_dir") / PYTEST_REPORTS))
+        settings = replace(settings, report_dir=str(pytest_report_folder(settings.path("report_dir"))))
     return settings
 
 

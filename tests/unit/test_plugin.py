@@ -49,7 +49,7 @@ def test_reference_lifecycle(user_project):
     compared = user_project.runpytest_subprocess("-q", "-rs")
     compared.assert_outcomes(passed=1, skipped=1, deselected=1)
     compared.stdout.fnmatch_lines(["*needs 4 ranks*"])
-    assert (user_project.path / "reports/pytest/results.json").exists()  # pytest's own folder, beside `harness run`
+    assert (user_project.path / "reports.work/pytest/results.json").exists()  # pytest's own, not in reports/
 
 
 @pytest.mark.slow
