@@ -206,7 +206,8 @@ def _loads_nothing_remote(page: str) -> None:
     assert not re.search(r'\bsrc\s*=\s*"(?:https?:)?//', page) and not re.search(r"<link\b", page)
     assert not re.search(r"url\(\s*['\"]?(?:https?:)?//|@import", page)
     for tag in re.findall(r'<[^>]*\bhref\s*=\s*"(?:[a-z]+:)?//[^"]*"[^>]*>', page):
-        assert re.match(r'<a class="cause-link" href="https?://', tag) and 'rel="noopener noreferrer"' in tag, tag
+        assert re.match(r'<a class="(cause|out)-link" href="https?://', tag) and 'rel="noopener noreferrer"' in tag, \
+            tag
     assert not re.search(r'href\s*=\s*"\s*javascript:', page, re.I)
 
 
@@ -229,13 +230,16 @@ def test_an_xfail_group_is_titled_by_its_entries_and_links_their_cause(tmp_path)
     assert "(4 cases, 3 issues)" in xfail
     assert re.search(r'<b class="n">2</b> <span class="why">tensor parallelism: wrong &lt;QK-norm&gt; gradients'
                      rf'</span> <span class="entry"><a class="cause-link" href="{re.escape(KNOWN["link"])}" '
-                     r'target="_blank" rel="noopener noreferrer">traced cause \u2197</a><span class="muted">'
-                     r"known_issues.toml #13</span>", xfail), xfail
-    assert '<p class="cause">known issue: per-head norms act on sharded heads (https://' in xfail
-    assert '<span class="why">scripted</span> <span class="entry"><span class="muted">known_issues.toml #2' in xfail
+                     r'target="_blank" rel="noopener noreferrer">traced cause \u2197</a><a class="entry-key muted" '
+                     r'href="#issue-13">known_issues.toml #13</a>', xfail), xfail
+    assert ('<p class="cause">known issue: per-head norms act on sharded heads (<a class="out-link" '
+            f'href="{KNOWN["link"]}" target="_blank" rel="noopener noreferrer">{KNOWN["link"]}</a>)') in xfail
+    assert ('<span class="why">scripted</span> <span class="entry"><a class="entry-key muted" href="#issue-2">'
+            "known_issues.toml #2") in xfail
     assert '<span class="why">expected refusal: no lse</span></summary>' in xfail
     got = decoded(page_)
-    assert got[0]["known_issues"] == [KNOWN] and got[2]["known_issues"][0]["link"] == ""  # the page gets no such link
+    assert got[0]["known_issues"] == [dict(KNOWN, anchor="issue-13", upstream="")]
+    assert got[2]["known_issues"][0]["link"] == ""  # the page gets no such link
     assert [e[4:6] for e in got[0]["evidence"]] == [["known_issues.toml #13", "[0.3, 1.75]"]] * 2 + \
         [["known_issues.toml #13"]]  # the loss check's entry measured no band
 
@@ -277,7 +281,8 @@ def test_a_status_this_report_does_not_know_reads_as_an_error_that_says_so(tmp_p
 def test_header_environment_counts_and_purpose(tmp_path, page):
     assert 'role="alert"' in page and "references from diffusers 0.41.0" in page
     assert ('<p class="env-line" id="env-line"><b>torch</b> 2.13.0+cpu &middot; <b>diffusers</b> 0.42.1 &middot; '
-            '<b>python</b> 3.11.7 &middot; <b>device</b> cpu (x86_64) &middot; <a href="#environment">references: '
+            "<b>diffusers_commit</b> release wheel &middot; <b>python</b> 3.11.7 &middot; <b>device</b> cpu (x86_64) "
+            '&middot; <a href="#environment">references: '
             "diffusers 0.41.0 (differs, see above)</a></p>") in page
     assert '<tr class="differs"><th scope="row">diffusers</th><td>0.42.1</td><td>0.41.0</td>' in page
     assert '<th scope="row">world sizes</th><td>2, 4</td>' in page

@@ -1,6 +1,8 @@
 /* The page script of index.html: it reads the embedded records (harness/report/embed.py) and draws, only when
-   asked, a case's detail (detail.js), a group's rows and a model's matrix; it applies the filters (also from the URL:
-   ?status=FAIL, ?failures=1, ?model=flux) and opens the case a link or the URL's #case-<id> names. The axes it
+   asked, a case's detail (detail.js), a group's rows and a model's matrix; it applies the filters and the search
+   and opens the case a link or the URL's #case-<id> names, in a panel beside the page. The filters live in the URL's
+   query (?status=FAIL&failures=1&model=flux&q=tp2) and the case on top of the panel in its fragment, so Back,
+   Forward and a shared link bring them back; closing the last case returns to where it was opened from. The axes it
    filters on, spells ids from and lays the matrix out by come with the data (D.axes, D.matrix). */
 (function () {
   "use strict";
@@ -19,6 +21,7 @@
   var built = {}, matrix = R.matrix({D: D, cases: cases, state: state, matches: matches, caseOf: caseOf,
                                      applied: function (scope) { applyTo(scope, state()); }});
   var pane = document.getElementById("details"), opened = document.getElementById("opened");
+  var place = null;  // where the reviewer opened the panel from: the element, the page's and each box's scroll
 
   // -- records --------------------------------------------------------------------------------------------------
   function set(list) { var out = {}; list.forEach(function (k) { out[k] = true; }); return out; }
@@ -96,7 +99,7 @@
   function caseRow(c, note) {
     return '<tr class="case-row" data-i="' + c.i + '"><td>' + R.badge(c.status) + '</td><td><a class="case-link" ' +
       'href="#' + esc(c.anchor) + '"><code>' + esc(c.case_id) + '</code></a></td><td class="n">' + esc(c.cell) +
-      '</td><td><div class="reason-cell">' + esc(note) + "</div></td></tr>";
+      '</td><td><div class="reason-cell">' + R.linked(note) + "</div></td></tr>";
   }
   function buildGroup(group) {
     var key = group.getAttribute("data-group");
@@ -114,7 +117,8 @@
   }
   // -- filters --------------------------------------------------------------------------------------------------
   function state() {
-    var st = {failures: form.elements.failures.checked, skips: form.elements.skips.checked};
+    var st = {failures: form.elements.failures.checked, skips: form.elements.skips.checked,
+              q: form.elements.q.value.trim().toLowerCase()};
     KEYS.forEach(function (k) { st[k] = form.elements[k].value; });
     return st;
   }
@@ -122,7 +126,13 @@
     for (var k = 0; k < KEYS.length; k++) {
       if (KEYS[k] !== except && st[KEYS[k]] && c[KEYS[k]] !== st[KEYS[k]]) { return false; }
     }
-    return !(st.failures && !BAD[c.status]);
+    return !(st.failures && !BAD[c.status]) && (!st.q || found(c, st.q));
+  }
+  // The search: a part of the case's id, or of the title or key of a known-issue entry it carries
+  function found(c, q) {
+    return c.case_id.toLowerCase().indexOf(q) >= 0 || (c.known_issues || []).some(function (k) {
+      return (D.v[k].title + " " + D.v[k].key).toLowerCase().indexOf(q) >= 0;
+    });
   }
   function caseOf(el) { return cases[Number(el.getAttribute("data-i"))]; }
   function applyTo(scope, st) {
@@ -145,7 +155,11 @@
   function apply() {
     var st = state(), shown = 0, sections = {}, axis = D.matrix.section[0];
     matrix.rebuild(st);
-    cases.forEach(function (c) { if (matches(c, st)) { shown++; sections[axis ? c[axis] : ""] = true; } });
+    cases.forEach(function (c) {
+      if (!matches(c, st)) { return; }
+      var tally = sections[axis ? c[axis] : ""] = sections[axis ? c[axis] : ""] || {all: 0};
+      shown++; tally.all++; tally[c.status] = (tally[c.status] || 0) + 1;
+    });
     applyTo(document, st);
     applyCounts(st);
     document.querySelectorAll("details.group").forEach(function (group) {
@@ -155,25 +169,64 @@
       group.hidden = n === 0;
     });
     document.querySelectorAll("details.section").forEach(function (m) {
-      m.hidden = !sections[m.getAttribute("data-section")];
+      var tally = sections[m.getAttribute("data-section")];
+      m.hidden = !tally;
+      if (tally) { countSection(m, tally); }
+    });
+    document.querySelectorAll(".issue-entry, .issue-unmatched").forEach(function (li) {  // the search finds entries
+      li.hidden = !!st.q && li.textContent.toLowerCase().indexOf(st.q) < 0;
     });
     document.querySelectorAll("section").forEach(function (section) {
       var note = section.querySelector(":scope > .no-match");
       if (note) { note.hidden = !!section.querySelector("tr.case-row:not([hidden]), details.group:not([hidden])," +
         " details.section:not([hidden])"); }
     });
-    pane.hidden = !opened.querySelector("details.case:not([hidden])");
+    showPane(!!opened.querySelector("details.case:not([hidden])"));
     document.getElementById("shown-count").textContent = "Showing " + shown + " of " + cases.length + " cases";
+    matrix.hold(form);
   }
+  // A section's summary counts what the filters show: "n of N" where that is fewer
+  function countSection(m, tally) {
+    var all = m.querySelector(".section-count");
+    all.textContent = of(tally.all, Number(all.getAttribute("data-total"))) + " cases";
+    m.querySelectorAll(".section-tally [data-status]").forEach(function (b) {
+      var status = b.getAttribute("data-status"), n = tally[status] || 0;
+      b.hidden = !n;
+      b.textContent = of(n, Number(b.getAttribute("data-total"))) + " " + status;
+    });
+  }
+  function of(n, total) { return n === total ? String(n) : n + " of " + total; }
   function fromQuery() {
     var params = new URLSearchParams(window.location.search);
     KEYS.forEach(function (k) {
       var v = params.get(k), sel = form.elements[k];
       var known = Array.prototype.some.call(sel.options, function (o) { return o.value === v; });
-      if (v !== null && known) { sel.value = v; }
+      sel.value = v !== null && known ? v : "";
     });
+    form.elements.q.value = params.get("q") || "";
     form.elements.failures.checked = ["1", "true", "yes"].indexOf(params.get("failures")) >= 0;
     form.elements.skips.checked = ["1", "true", "yes"].indexOf(params.get("skips")) >= 0;
+  }
+
+  // The URL of what is shown: the filters in the query, the case on top of the panel in the fragment.
+  function urlOf(st) {
+    var params = new URLSearchParams();
+    KEYS.forEach(function (k) { if (st[k]) { params.set(k, st[k]); } });
+    if (st.q) { params.set("q", form.elements.q.value.trim()); }
+    if (st.failures) { params.set("failures", "1"); }
+    if (st.skips) { params.set("skips", "1"); }
+    var top = opened.querySelector("details.case"), query = params.toString();
+    return window.location.pathname + (query ? "?" + query : "") + (top ? "#" + top.id : "");
+  }
+  function remember(push) {
+    var url = urlOf(state()), now = window.location.pathname + window.location.search + window.location.hash;
+    if (url !== now) { window.history[push ? "pushState" : "replaceState"](null, "", url); }
+  }
+  function restore() {  // Back or Forward: the filters and the case of that URL
+    fromQuery();
+    apply();
+    var c = window.location.hash ? named(window.location.hash) : null;
+    if (c) { openCase(c, {}); } else if (opened.hasChildNodes()) { opened.innerHTML = ""; closed(); }
   }
 
   // -- opening cases --------------------------------------------------------------------------------------------
@@ -181,9 +234,28 @@
     var body = details.querySelector(".case-body");
     if (!body.hasChildNodes()) { body.innerHTML = R.detail(full(caseOf(details)), D); }
   }
-  function openCase(c, scroll) {
+  function showPane(on) {
+    pane.hidden = !on;
+    root.classList.toggle("pane-open", on);
+  }
+  function keepPlace(from) {
+    place = {el: from, x: window.scrollX, y: window.scrollY, boxes: Array.prototype.map.call(
+      document.querySelectorAll(".scroll"), function (b) { return [b, b.scrollLeft, b.scrollTop]; })};
+  }
+  function closed() {  // the panel's last case closed: back to the element it was opened from, as it was
+    showPane(false);
+    var p = place;
+    place = null;
+    if (!p) { return; }
+    p.boxes.forEach(function (b) { b[0].scrollLeft = b[1]; b[0].scrollTop = b[2]; });
+    window.scrollTo(p.x, p.y);
+    if (document.contains(p.el)) { p.el.focus({preventScroll: true}); }
+  }
+  // A case on top of the panel; `how.from`: the link it was opened from (kept in view, focus returns to it on
+  // closing), `how.focus`: focus the case, `how.push`: a new entry in the history.
+  function openCase(c, how) {
     if (!c) { return null; }
-    if (!matches(c, state())) { form.reset(); apply(); }
+    if (!matches(c, state())) { form.reset(); apply(); }  // the filters hid it
     var d = document.getElementById(c.anchor);
     if (!d) {
       d = document.createElement("details");
@@ -192,16 +264,16 @@
       d.setAttribute("data-i", String(c.i));
       d.innerHTML = "<summary>" + R.badge(c.status) + " <code>" + esc(c.case_id) + "</code></summary>" +
         '<div class="case-body"></div>';
-      opened.insertBefore(d, opened.firstChild);
     }
-    pane.hidden = false;
+    if (how.from) { keepPlace(how.from); }
+    opened.insertBefore(d, opened.firstChild);
+    showPane(true);
     d.open = true;
     fill(d);
-    if (scroll) {
-      d.style.scrollMarginTop = form.offsetHeight + 12 + "px";  // clear of the sticky filter bar
-      d.scrollIntoView({block: "start"});
-      d.querySelector("summary").focus({preventScroll: true});
-    }
+    pane.scrollTop = 0;
+    if (how.from) { how.from.scrollIntoView({block: "nearest", inline: "nearest"}); }  // beside the panel
+    if (how.focus) { d.querySelector("summary").focus({preventScroll: true}); }
+    if (how.push) { remember(true); }
     return d;
   }
   function moveFocus(link, key) {
@@ -234,22 +306,31 @@
   function onClick(e) {
     var close = e.target.closest && e.target.closest("[data-close]");
     if (close) {
-      close.closest("details.case").remove();
-      pane.hidden = !opened.hasChildNodes();
+      closeCase(close.closest("details.case"));
       return;
     }
     var a = e.target.closest && e.target.closest('a[href^="#"]');
     var c = a ? named(a.getAttribute("href")) : null;
-    if (c) { openCase(c, true); }
+    if (c) {
+      e.preventDefault();
+      openCase(c, {from: a, focus: true, push: true});
+    }
   }
+  function closeCase(d) {
+    d.remove();
+    if (!opened.hasChildNodes()) { closed(); }
+    remember(true);
+  }
+  function filtered(push) { apply(); remember(push); }
 
-  form.addEventListener("change", apply);
-  form.addEventListener("submit", function (e) { e.preventDefault(); apply(); });
-  form.addEventListener("reset", function () { window.setTimeout(apply, 0); });
+  form.addEventListener("change", function () { filtered(true); });
+  form.addEventListener("input", function (e) { if (e.target.name === "q") { filtered(false); } });
+  form.addEventListener("submit", function (e) { e.preventDefault(); filtered(true); });
+  form.addEventListener("reset", function () { window.setTimeout(function () { filtered(true); }, 0); });
   document.querySelectorAll("[data-set-status]").forEach(function (b) {
     b.addEventListener("click", function () {
       form.elements.status.value = b.getAttribute("data-set-status");
-      apply();
+      filtered(true);
     });
   });
   document.addEventListener("toggle", onToggle, true);
@@ -257,23 +338,31 @@
   document.addEventListener("keydown", function (e) {
     if (e.target.classList && e.target.classList.contains("cell-case") && /^Arrow/.test(e.key)) {
       e.preventDefault(); moveFocus(e.target, e.key);
+    } else if (e.key === "Escape" && !pane.hidden && pane.contains(e.target)) {
+      closeCase(opened.querySelector("details.case"));
     }
   });
-  window.addEventListener("hashchange", function () { openCase(named(window.location.hash), true); });
+  window.addEventListener("popstate", restore);
+  window.addEventListener("hashchange", function () {
+    var c = named(window.location.hash);
+    if (c && opened.firstChild !== document.getElementById(c.anchor)) { openCase(c, {focus: true}); }
+  });
+  window.addEventListener("scroll", function () { matrix.hold(form); }, {passive: true});
+  window.addEventListener("resize", function () { matrix.hold(form); });
   var printed = [];
   window.addEventListener("beforeprint", function () {
     printed = cases.filter(function (c) { return BAD[c.status] && !document.getElementById(c.anchor); })
-      .map(function (c) { return openCase(c, false); });
+      .map(function (c) { return openCase(c, {}); });
   });
   window.addEventListener("afterprint", function () {
     printed.forEach(function (d) { d.remove(); });
-    pane.hidden = !opened.hasChildNodes();
+    showPane(opened.hasChildNodes());
   });
   fromQuery();
   document.querySelectorAll("details.section[open]").forEach(matrix.build);
   apply();
   var asked = window.location.hash ? named(window.location.hash) : null;
-  if (asked) { openCase(asked, true); } else { openCase(firstFailing(), false); }
+  if (asked) { openCase(asked, {focus: true}); } else { openCase(firstFailing(), {}); }
   root.setAttribute("data-ready", "1");
   root.setAttribute("data-ready-ms", performance.now().toFixed(0));
 })();
