@@ -829,8 +829,8 @@ def test_browser_the_first_screen_names_torch_diffusers_and_the_device(tmp_path)
              ' return [s.inView(line), line.textContent, s.inView(document.querySelector("#environment table"))]; };')
     in_view, text, table_in_view = seen(tmp_path, run(tmp_path), "", probe, window=(1280, 720))["extra"]
     assert in_view and not table_in_view
-    assert text == ("torch 2.13.0+cpu \u00b7 diffusers 0.42.1 \u00b7 python 3.11.7 \u00b7 device cpu (x86_64) \u00b7 "
-                    "references: diffusers 0.42.1 (the same)")
+    assert text == ("torch 2.13.0+cpu \u00b7 diffusers 0.42.1 \u00b7 diffusers_commit release wheel \u00b7 "
+                    "python 3.11.7 \u00b7 device cpu (x86_64) \u00b7 references: diffusers 0.42.1 (the same)")
 
 
 @pytest.mark.slow
@@ -851,7 +851,8 @@ def test_browser_a_passing_image_case_shows_reference_candidate_and_difference(t
     got = seen(tmp_path, index, f"#case-{wanted}")
     assert [(image["caption"], image["loaded"], image["inView"]) for image in got["images"]] == [
         ("reference", True, True), ("candidate", True, True), ("diff", True, True)]
-    assert len(got["pictures"]) == 3 and got["imageNotes"] == [NOTE]
+    shrunk = NOTE.format(size="Shrunk from 64 \u00d7 64 to 32 \u00d7 32 pixels (each side divided by 2)")
+    assert len(got["pictures"]) == 3 and got["imageNotes"] == [shrunk]
     picture_ = shot(tmp_path, index, "preview", f"#case-{wanted}")
     for colour in (REFERENCE, CANDIDATE, (255, 255, 0)):
         assert pixels(picture_, colour) > 10_000, colour  # each drawn large enough to see (224 px across)

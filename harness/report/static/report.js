@@ -21,7 +21,7 @@
   var built = {}, matrix = R.matrix({D: D, cases: cases, state: state, matches: matches, caseOf: caseOf,
                                      applied: function (scope) { applyTo(scope, state()); }});
   var pane = document.getElementById("details"), opened = document.getElementById("opened");
-  var place = null;  // where the reviewer opened the panel from: the element, the page's and each box's scroll
+  var places = {};  // by opened case: where it was opened from (the element, the page's and each box's scroll)
 
   // -- records --------------------------------------------------------------------------------------------------
   function set(list) { var out = {}; list.forEach(function (k) { out[k] = true; }); return out; }
@@ -183,7 +183,6 @@
     });
     showPane(!!opened.querySelector("details.case:not([hidden])"));
     document.getElementById("shown-count").textContent = "Showing " + shown + " of " + cases.length + " cases";
-    matrix.hold(form);
   }
   // A section's summary counts what the filters show: "n of N" where that is fewer
   function countSection(m, tally) {
@@ -215,7 +214,7 @@
     if (st.q) { params.set("q", form.elements.q.value.trim()); }
     if (st.failures) { params.set("failures", "1"); }
     if (st.skips) { params.set("skips", "1"); }
-    var top = opened.querySelector("details.case"), query = params.toString();
+    var top = opened.querySelector("details.case:not([hidden])"), query = params.toString();
     return window.location.pathname + (query ? "?" + query : "") + (top ? "#" + top.id : "");
   }
   function remember(push) {
@@ -226,7 +225,7 @@
     fromQuery();
     apply();
     var c = window.location.hash ? named(window.location.hash) : null;
-    if (c) { openCase(c, {}); } else if (opened.hasChildNodes()) { opened.innerHTML = ""; closed(); }
+    if (c) { openCase(c, {}); } else { opened.querySelectorAll("details.case").forEach(closeCase); }
   }
 
   // -- opening cases --------------------------------------------------------------------------------------------
@@ -237,15 +236,23 @@
   function showPane(on) {
     pane.hidden = !on;
     root.classList.toggle("pane-open", on);
+    held();
   }
-  function keepPlace(from) {
-    place = {el: from, x: window.scrollX, y: window.scrollY, boxes: Array.prototype.map.call(
+  // The filter bar's height, which a target the page scrolls to keeps clear of (report.css scroll-margin-top)
+  function held() {
+    root.style.setProperty("--bar", form.offsetHeight + "px");
+    matrix.hold(form);
+  }
+  function keepPlace(id, from) {
+    places[id] = {el: from, x: window.scrollX, y: window.scrollY, boxes: Array.prototype.map.call(
       document.querySelectorAll(".scroll"), function (b) { return [b, b.scrollLeft, b.scrollTop]; })};
   }
-  function closed() {  // the panel's last case closed: back to the element it was opened from, as it was
-    showPane(false);
-    var p = place;
-    place = null;
+  // A case closed: the panel goes with its last case, and the page returns to where the case was opened from
+  function closeCase(d) {
+    var p = places[d.id];
+    delete places[d.id];
+    d.remove();
+    if (!opened.hasChildNodes()) { showPane(false); }
     if (!p) { return; }
     p.boxes.forEach(function (b) { b[0].scrollLeft = b[1]; b[0].scrollTop = b[2]; });
     window.scrollTo(p.x, p.y);
@@ -265,7 +272,7 @@
       d.innerHTML = "<summary>" + R.badge(c.status) + " <code>" + esc(c.case_id) + "</code></summary>" +
         '<div class="case-body"></div>';
     }
-    if (how.from) { keepPlace(how.from); }
+    if (how.from) { keepPlace(d.id, how.from); }
     opened.insertBefore(d, opened.firstChild);
     showPane(true);
     d.open = true;
@@ -307,6 +314,7 @@
     var close = e.target.closest && e.target.closest("[data-close]");
     if (close) {
       closeCase(close.closest("details.case"));
+      remember(true);
       return;
     }
     var a = e.target.closest && e.target.closest('a[href^="#"]');
@@ -315,11 +323,6 @@
       e.preventDefault();
       openCase(c, {from: a, focus: true, push: true});
     }
-  }
-  function closeCase(d) {
-    d.remove();
-    if (!opened.hasChildNodes()) { closed(); }
-    remember(true);
   }
   function filtered(push) { apply(); remember(push); }
 
@@ -340,6 +343,7 @@
       e.preventDefault(); moveFocus(e.target, e.key);
     } else if (e.key === "Escape" && !pane.hidden && pane.contains(e.target)) {
       closeCase(opened.querySelector("details.case"));
+      remember(true);
     }
   });
   window.addEventListener("popstate", restore);
@@ -348,7 +352,7 @@
     if (c && opened.firstChild !== document.getElementById(c.anchor)) { openCase(c, {focus: true}); }
   });
   window.addEventListener("scroll", function () { matrix.hold(form); }, {passive: true});
-  window.addEventListener("resize", function () { matrix.hold(form); });
+  window.addEventListener("resize", held);
   var printed = [];
   window.addEventListener("beforeprint", function () {
     printed = cases.filter(function (c) { return BAD[c.status] && !document.getElementById(c.anchor); })
