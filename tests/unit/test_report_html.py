@@ -919,3 +919,37 @@ def test_browser_a_wide_matrix_holds_its_header_row_and_first_column(tmp_path, h
     assert [text for text, shown in got["legend"] if shown] == ["1.7e-07 max abs err (tensor cases)",
                                                                 "ssim 1.0000 SSIM (image cases)",
                                                                 "g3e-07 gradient rel L2 err (train cases)"]
+
+
+def test_unmatched_known_issues_are_listed_in_matrix_md_and_on_the_page(tmp_path):
+    """As pytest lists unused xfails: the entries results.json names as matching no case, in matrix.md and in the
+    page's listing (anchored by entry number, globs written as a list); a run with none says so on the page and
+    adds nothing to matrix.md (the control)."""
+    from harness.report.write import write_reports
+
+    unmatched = ["known_issues.toml #5 qwenimage@masked/*ulysses*", "known_issues.toml #7 ('ltx/*', 'ltx2/*')"]
+    records = [CaseResult.from_dict(r) for r in cases()[:2]]
+    write_reports(tmp_path / "a", records, {"known_issues_unmatched": unmatched})
+    markdown = (tmp_path / "a" / "matrix.md").read_text()
+    assert "### Known-issue entries that matched no case (2)" in markdown
+    assert "| known_issues.toml #5 | `qwenimage@masked/*ulysses*` |" in markdown
+    assert "| known_issues.toml #7 | `ltx/*, ltx2/*` |" in markdown
+    page_ = (tmp_path / "a" / "index.html").read_text()
+    assert ('<li id="issue-7" class="issue-unmatched"><b>known_issues.toml #7</b> <code>ltx/*, ltx2/*</code></li>'
+            in page_)
+    write_reports(tmp_path / "b", records, {})
+    assert "matched no case" not in (tmp_path / "b" / "matrix.md").read_text()
+    assert "Every entry of this release matched a case of this run." in (tmp_path / "b" / "index.html").read_text()
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("see (https://github.com/a/b/issues/1); then", 'see (<a class="out-link" href="https://github.com/a/b/issues/1" '
+     'target="_blank" rel="noopener noreferrer">https://github.com/a/b/issues/1</a>); then'),
+    ('<b>https://x.org/a?b=1&c="2"</b>.', '&lt;b&gt;<a class="out-link" href="https://x.org/a?b=1&amp;c=" '
+     'target="_blank" rel="noopener noreferrer">https://x.org/a?b=1&amp;c=</a>&quot;2&quot;&lt;/b&gt;.'),
+    ("javascript:alert(1) and ftp://x", "javascript:alert(1) and ftp://x"),  # not http(s): text
+])
+def test_addresses_in_a_reason_become_links_and_the_rest_stays_text(text, expected):
+    from harness.report.detail import linked
+
+    assert linked(text) == expected

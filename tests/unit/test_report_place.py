@@ -10,11 +10,15 @@ import pytest
 
 from harness.report import render_html
 from harness.report.data import anchor
-from tests.report_pages import KNOWN, OPEN_ALL, case, known_xfail, seen, write
+from tests.report_pages import KNOWN, case, known_xfail, seen, write
 from tests.unit.test_report_html import browser_cases, run, wide_cases
 
 pytestmark = pytest.mark.slow
 OPENED = "flux/ring2/native/bf16/tensor"  # a PASS cell of browser_cases' flux matrix
+# Every group and matrix section opened, each with the toggle event a browser sends (headless Chromium's virtual
+# time may send it late: the steps below must find the matrix drawn)
+OPEN_ALL = ('document.querySelectorAll("details.group, details.section").forEach(function (d) { d.open = true;'
+            ' d.dispatchEvent(new Event("toggle")); });')
 
 # Opens the matrix, brings a cell to the middle of a short window, clicks it, then closes the case it opened;
 # records where the cell was, what the panel showed, and where focus and the cell are after closing.
@@ -193,11 +197,9 @@ def test_filtered_summaries_count_what_is_shown(tmp_path):
 # Scrolls the page so that the matrix box's top sits `offset` px below the stuck filter bar's bottom (negative: under
 # it), sends the scroll event a browser sends after scrolling (headless Chromium's virtual time draws no frames, so
 # it sends none), and records the bar, the box, the header row's 6th cell and the corner cell.
-STICKY_SETUP = """document.querySelectorAll("details.section").forEach(function (d) { d.open = true; });
-var log = window.__log = [], offsets = [-30, -150, -320];
+STICKY_SETUP = OPEN_ALL + """var log = window.__log = [], offsets = [-30, -150, -320];
 function measure(k) {
   var bar = document.getElementById("filters"), box = document.querySelector(".scroll");
-  if (!box) { setTimeout(function () { measure(k); }, 10); return; }  // the matrix is drawn on opening
   if (k >= offsets.length) { return; }
   window.scrollTo(0, window.scrollY + box.getBoundingClientRect().top - bar.offsetHeight - offsets[k]);
   window.dispatchEvent(new Event("scroll"));
