@@ -19,18 +19,18 @@ from harness.core.header import RunHeader
 from harness.core.results import CaseResult, Status
 from harness.report import axes
 from harness.report.assets import page
-from harness.report.coverage import ANCHOR as COVERAGE_ANCHOR
 from harness.report.coverage import coverage_section
 from harness.report.data import BAD, STATUSES, load, ordered_statuses, plain, status_counts, unique
 from harness.report.detail import badge
 from harness.report.embed import encode, script_tag
+from harness.report.first_screen import no_coverage, setup_line, verdict
 from harness.report.sections import Lists, attention_section, group_section, issue_list, split
 
 __all__ = ["render_html", "render_page"]
 
 ALWAYS_COUNTED = (Status.PASS.value, Status.FAIL.value)  # a count button even at 0: a run with none says so
 ENV_KEYS = ("torch", "diffusers", "diffusers_commit", "python", "device")  # the environment's rows, in this order
-SCRIPTS = ("format.js", "charts.js", "detail.js", "matrix.js", "report.js")  # static/, in this order
+SCRIPTS = ("format.js", "charts.js", "detail.js", "matrix.js", "place.js", "report.js")  # static/, in this order
 # What a page is for, from `RunHeader.purpose` (harness.run.selftest sets "selftest"): a banner on how to read it.
 PURPOSES = {"selftest": "Selftest page: every case here carries a deliberate bug (a negative control), so FAIL is the "
                         "expected outcome; a PASS or an XPASS means a bug went unnoticed."}
@@ -57,8 +57,8 @@ def render_page(header: RunHeader, cases: list[CaseResult]) -> str:
     bad = sum(counts.get(status, 0) for status in BAD)
     title = f"Parity report: {len(cases)} cases, {bad} failing"
     body = "".join([
-        f"<header><h1>Parity report {_verdict(header, counts)}</h1><p class=\"sub\">{_run_line(header, cases)}</p>"
-        f"{_environment_line(header)}{_setup_line(header, cases)}{_time(header)}{_nav()}</header>",
+        f"<header><h1>Parity report {verdict(header, counts)}</h1><p class=\"sub\">{_run_line(header, cases)}</p>"
+        f"{_environment_line(header)}{setup_line(header, cases)}{_time(header)}{_nav()}</header>",
         _incomplete_banner(header),
         _mismatch_banner(header),
         _purpose_banner(header),
@@ -70,7 +70,7 @@ def render_page(header: RunHeader, cases: list[CaseResult]) -> str:
         '<section id="details" hidden><h2>Opened cases</h2><div id="opened"></div></section>',
         _lists(lists, cases, header),
         _matrix(cases),
-        coverage_section(header) or _no_coverage(),
+        coverage_section(header) or no_coverage(),
         _environment(header, cases),
         script_tag(encode(cases, lists.groups())),
     ])
@@ -80,38 +80,6 @@ def render_page(header: RunHeader, cases: list[CaseResult]) -> str:
 def _nav() -> str:
     links = " \u00b7 ".join(f'<a href="#{key}">{escape(label)}</a>' for key, label in NAV)
     return f'<nav class="jump" aria-label="sections">{links}</nav>'
-
-
-def _verdict(header: RunHeader, counts: dict[str, int]) -> str:
-    """The run in one word, first: FAIL when a case needs fixing, INCOMPLETE when the run stopped early, EMPTY
-    without cases, else PASS (known issues and skips do not fail a run)."""
-    if header.incomplete:
-        word = "INCOMPLETE"
-    elif any(counts.get(status) for status in BAD):
-        word = "FAIL"
-    else:
-        word = "PASS" if sum(counts.values()) else "EMPTY"
-    style = {"INCOMPLETE": "ERROR", "EMPTY": "SKIP"}.get(word, word)
-    return f'<span class="verdict badge s-{style}" id="verdict">{word}</span>'
-
-
-def _setup_line(header: RunHeader, cases: list[CaseResult]) -> str:
-    """What was asked, in the first screen: the world sizes, the plan and whether coverage was measured."""
-    settings = header.settings if isinstance(header.settings, dict) else {}
-    sizes = header.world_sizes or sorted({int(c.world_size or 1) for c in cases})
-    parts = [f"<b>world sizes</b> {escape(', '.join(str(size) for size in sizes) or '-')}"]
-    if settings.get("plan"):
-        parts.append(f"<b>plan</b> {escape(str(settings['plan']))}")
-    measured = "measured" if header.coverage else "not measured (run with --coverage)"
-    parts.append(f'<b>coverage</b> <a href="#{COVERAGE_ANCHOR}">{measured}</a>')
-    return f'<p class="env-line" id="setup-line">{" &middot; ".join(parts)}</p>'
-
-
-def _no_coverage() -> str:
-    """Where the coverage section would be, a run without --coverage says so rather than leaving it out."""
-    return (f'<section id="{COVERAGE_ANCHOR}"><h2>Coverage of diffusers\' parallel code</h2><p class="none">'
-            "Not measured: this run did not use <code>--coverage</code>, which runs every rank under coverage.py "
-            "and reports the statements of diffusers' parallel code the cases executed.</p></section>")
 
 
 def _lists(lists: Lists, cases: list[CaseResult], header: RunHeader) -> str:

@@ -316,7 +316,8 @@ def test_the_page_ships_its_scripts_and_stylesheet_as_package_data():
     the page loads nothing from beside itself."""
     static = resources.files("harness.report").joinpath("static")
     names = sorted(path.name for path in static.iterdir() if path.name.endswith((".js", ".css")))
-    assert names == ["charts.js", "compare.js", "detail.js", "format.js", "matrix.js", "report.css", "report.js"]
+    assert names == ["charts.js", "compare.js", "detail.js", "format.js", "matrix.js", "place.js", "report.css",
+                     "report.js"]
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     globs = declared["harness.report"]
     assert all(any(Path("static", name).match(glob) for glob in globs) for name in names)

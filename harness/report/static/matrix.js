@@ -119,6 +119,32 @@
         box.style.setProperty("--held", under.toFixed(1) + "px");
       });
     }
-    return {build: buildMatrix, filter: filterMatrix, rebuild: rebuild, hold: hold};
+    // A section's summary counts what the filters show: "n of N" where that is fewer
+    function countSection(m, tally) {
+      var all = m.querySelector(".section-count");
+      all.textContent = of(tally.all, Number(all.getAttribute("data-total"))) + " cases";
+      m.querySelectorAll(".section-tally [data-status]").forEach(function (b) {
+        var status = b.getAttribute("data-status"), n = tally[status] || 0;
+        b.hidden = !n;
+        b.textContent = of(n, Number(b.getAttribute("data-total"))) + " " + status;
+      });
+    }
+    function of(n, total) { return n === total ? String(n) : n + " of " + total; }
+    // Arrow keys move between the shown cells
+    function moveFocus(link, key) {
+      var td = link.closest("td"), tr = td.parentElement;
+      var dr = {ArrowUp: -1, ArrowDown: 1}[key] || 0, dc = {ArrowLeft: -1, ArrowRight: 1}[key] || 0;
+      var rows = Array.prototype.filter.call(tr.parentElement.rows, function (r) { return !r.hidden; });
+      var r = rows.indexOf(tr), col = td.cellIndex;
+      for (;;) {
+        r += dr; col += dc;
+        if (r < 0 || r >= rows.length || col < 1 || col >= rows[r].cells.length) { return; }
+        var cell = rows[r].cells[col];
+        var next = cell.hidden ? null : cell.querySelector(".cell-case:not([hidden])");
+        if (next) { next.focus(); return; }
+      }
+    }
+    return {build: buildMatrix, filter: filterMatrix, rebuild: rebuild, hold: hold, count: countSection,
+            move: moveFocus};
   };
 })();

@@ -1,9 +1,8 @@
 /* The page script of index.html: it reads the embedded records (harness/report/embed.py) and draws, only when
    asked, a case's detail (detail.js), a group's rows and a model's matrix; it applies the filters and the search
-   and opens the case a link or the URL's #case-<id> names, in a panel beside the page. The filters live in the URL's
-   query (?status=FAIL&failures=1&model=flux&q=tp2) and the case on top of the panel in its fragment, so Back,
-   Forward and a shared link bring them back; closing the last case returns to where it was opened from. The axes it
-   filters on, spells ids from and lays the matrix out by come with the data (D.axes, D.matrix). */
+   and opens the case a link or the URL's #case-<id> names, in a panel beside the page (place.js keeps the way back
+   and the URL: ?status=FAIL&failures=1&model=flux&q=tp2#case-<id>). The axes it filters on, spells ids from and
+   lays the matrix out by come with the data (D.axes, D.matrix). */
 (function () {
   "use strict";
   var R = window.HarnessReport, esc = R.esc;
@@ -21,7 +20,7 @@
   var built = {}, matrix = R.matrix({D: D, cases: cases, state: state, matches: matches, caseOf: caseOf,
                                      applied: function (scope) { applyTo(scope, state()); }});
   var pane = document.getElementById("details"), opened = document.getElementById("opened");
-  var places = {};  // by opened case: where it was opened from (the element, the page's and each box's scroll)
+  var place = R.place({form: form, keys: KEYS, state: state, matrix: matrix});
 
   // -- records --------------------------------------------------------------------------------------------------
   function set(list) { var out = {}; list.forEach(function (k) { out[k] = true; }); return out; }
@@ -171,7 +170,7 @@
     document.querySelectorAll("details.section").forEach(function (m) {
       var tally = sections[m.getAttribute("data-section")];
       m.hidden = !tally;
-      if (tally) { countSection(m, tally); }
+      if (tally) { matrix.count(m, tally); }
     });
     document.querySelectorAll(".issue-entry, .issue-unmatched").forEach(function (li) {  // the search finds entries
       li.hidden = !!st.q && li.textContent.toLowerCase().indexOf(st.q) < 0;
@@ -181,20 +180,9 @@
       if (note) { note.hidden = !!section.querySelector("tr.case-row:not([hidden]), details.group:not([hidden])," +
         " details.section:not([hidden])"); }
     });
-    showPane(!!opened.querySelector("details.case:not([hidden])"));
+    place.show(!!opened.querySelector("details.case:not([hidden])"));
     document.getElementById("shown-count").textContent = "Showing " + shown + " of " + cases.length + " cases";
   }
-  // A section's summary counts what the filters show: "n of N" where that is fewer
-  function countSection(m, tally) {
-    var all = m.querySelector(".section-count");
-    all.textContent = of(tally.all, Number(all.getAttribute("data-total"))) + " cases";
-    m.querySelectorAll(".section-tally [data-status]").forEach(function (b) {
-      var status = b.getAttribute("data-status"), n = tally[status] || 0;
-      b.hidden = !n;
-      b.textContent = of(n, Number(b.getAttribute("data-total"))) + " " + status;
-    });
-  }
-  function of(n, total) { return n === total ? String(n) : n + " of " + total; }
   function fromQuery() {
     var params = new URLSearchParams(window.location.search);
     KEYS.forEach(function (k) {
@@ -207,56 +195,17 @@
     form.elements.skips.checked = ["1", "true", "yes"].indexOf(params.get("skips")) >= 0;
   }
 
-  // The URL of what is shown: the filters in the query, the case on top of the panel in the fragment.
-  function urlOf(st) {
-    var params = new URLSearchParams();
-    KEYS.forEach(function (k) { if (st[k]) { params.set(k, st[k]); } });
-    if (st.q) { params.set("q", form.elements.q.value.trim()); }
-    if (st.failures) { params.set("failures", "1"); }
-    if (st.skips) { params.set("skips", "1"); }
-    var top = opened.querySelector("details.case:not([hidden])"), query = params.toString();
-    return window.location.pathname + (query ? "?" + query : "") + (top ? "#" + top.id : "");
-  }
-  function remember(push) {
-    var url = urlOf(state()), now = window.location.pathname + window.location.search + window.location.hash;
-    if (url !== now) { window.history[push ? "pushState" : "replaceState"](null, "", url); }
-  }
   function restore() {  // Back or Forward: the filters and the case of that URL
     fromQuery();
     apply();
     var c = window.location.hash ? named(window.location.hash) : null;
-    if (c) { openCase(c, {}); } else { opened.querySelectorAll("details.case").forEach(closeCase); }
+    if (c) { openCase(c, {}); } else { opened.querySelectorAll("details.case").forEach(place.close); }
   }
 
   // -- opening cases --------------------------------------------------------------------------------------------
   function fill(details) {
     var body = details.querySelector(".case-body");
     if (!body.hasChildNodes()) { body.innerHTML = R.detail(full(caseOf(details)), D); }
-  }
-  function showPane(on) {
-    pane.hidden = !on;
-    root.classList.toggle("pane-open", on);
-    held();
-  }
-  // The filter bar's height, which a target the page scrolls to keeps clear of (report.css scroll-margin-top)
-  function held() {
-    root.style.setProperty("--bar", form.offsetHeight + "px");
-    matrix.hold(form);
-  }
-  function keepPlace(id, from) {
-    places[id] = {el: from, x: window.scrollX, y: window.scrollY, boxes: Array.prototype.map.call(
-      document.querySelectorAll(".scroll"), function (b) { return [b, b.scrollLeft, b.scrollTop]; })};
-  }
-  // A case closed: the panel goes with its last case, and the page returns to where the case was opened from
-  function closeCase(d) {
-    var p = places[d.id];
-    delete places[d.id];
-    d.remove();
-    if (!opened.hasChildNodes()) { showPane(false); }
-    if (!p) { return; }
-    p.boxes.forEach(function (b) { b[0].scrollLeft = b[1]; b[0].scrollTop = b[2]; });
-    window.scrollTo(p.x, p.y);
-    if (document.contains(p.el)) { p.el.focus({preventScroll: true}); }
   }
   // A case on top of the panel; `how.from`: the link it was opened from (kept in view, focus returns to it on
   // closing), `how.focus`: focus the case, `how.push`: a new entry in the history.
@@ -272,29 +221,16 @@
       d.innerHTML = "<summary>" + R.badge(c.status) + " <code>" + esc(c.case_id) + "</code></summary>" +
         '<div class="case-body"></div>';
     }
-    if (how.from) { keepPlace(d.id, how.from); }
+    if (how.from) { place.keep(d.id, how.from); }
     opened.insertBefore(d, opened.firstChild);
-    showPane(true);
+    place.show(true);
     d.open = true;
     fill(d);
     pane.scrollTop = 0;
     if (how.from) { how.from.scrollIntoView({block: "nearest", inline: "nearest"}); }  // beside the panel
     if (how.focus) { d.querySelector("summary").focus({preventScroll: true}); }
-    if (how.push) { remember(true); }
+    if (how.push) { place.remember(true); }
     return d;
-  }
-  function moveFocus(link, key) {
-    var td = link.closest("td"), tr = td.parentElement;
-    var dr = {ArrowUp: -1, ArrowDown: 1}[key] || 0, dc = {ArrowLeft: -1, ArrowRight: 1}[key] || 0;
-    var rows = Array.prototype.filter.call(tr.parentElement.rows, function (r) { return !r.hidden; });
-    var r = rows.indexOf(tr), col = td.cellIndex;
-    for (;;) {
-      r += dr; col += dc;
-      if (r < 0 || r >= rows.length || col < 1 || col >= rows[r].cells.length) { return; }
-      var cell = rows[r].cells[col];
-      var next = cell.hidden ? null : cell.querySelector(".cell-case:not([hidden])");
-      if (next) { next.focus(); return; }
-    }
   }
   function onToggle(e) {
     var el = e.target;
@@ -313,8 +249,8 @@
   function onClick(e) {
     var close = e.target.closest && e.target.closest("[data-close]");
     if (close) {
-      closeCase(close.closest("details.case"));
-      remember(true);
+      place.close(close.closest("details.case"));
+      place.remember(true);
       return;
     }
     var a = e.target.closest && e.target.closest('a[href^="#"]');
@@ -324,7 +260,7 @@
       openCase(c, {from: a, focus: true, push: true});
     }
   }
-  function filtered(push) { apply(); remember(push); }
+  function filtered(push) { apply(); place.remember(push); }
 
   form.addEventListener("change", function () { filtered(true); });
   form.addEventListener("input", function (e) { if (e.target.name === "q") { filtered(false); } });
@@ -340,10 +276,10 @@
   document.addEventListener("click", onClick);
   document.addEventListener("keydown", function (e) {
     if (e.target.classList && e.target.classList.contains("cell-case") && /^Arrow/.test(e.key)) {
-      e.preventDefault(); moveFocus(e.target, e.key);
+      e.preventDefault(); matrix.move(e.target, e.key);
     } else if (e.key === "Escape" && !pane.hidden && pane.contains(e.target)) {
-      closeCase(opened.querySelector("details.case"));
-      remember(true);
+      place.close(opened.querySelector("details.case"));
+      place.remember(true);
     }
   });
   window.addEventListener("popstate", restore);
@@ -352,7 +288,7 @@
     if (c && opened.firstChild !== document.getElementById(c.anchor)) { openCase(c, {focus: true}); }
   });
   window.addEventListener("scroll", function () { matrix.hold(form); }, {passive: true});
-  window.addEventListener("resize", held);
+  window.addEventListener("resize", place.held);
   var printed = [];
   window.addEventListener("beforeprint", function () {
     printed = cases.filter(function (c) { return BAD[c.status] && !document.getElementById(c.anchor); })
@@ -360,7 +296,7 @@
   });
   window.addEventListener("afterprint", function () {
     printed.forEach(function (d) { d.remove(); });
-    showPane(opened.hasChildNodes());
+    place.show(opened.hasChildNodes());
   });
   fromQuery();
   document.querySelectorAll("details.section[open]").forEach(matrix.build);
