@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.evidence import Evidence
-from harness.core.figures import PARITY, SINGLE_DEVICE, FigureSpec
+from harness.core.figures import PARITY, SINGLE_DEVICE, FigureSpec, images
 from harness.core.options import Option
 from harness.kinds.base import Built, Check, Kind, slice_ids
 
@@ -28,6 +28,7 @@ VS_SSIM = FigureSpec("vs_baseline_ssim", "SSIM vs one device, same dtype", ".6f"
 VS_PSNR = FigureSpec("vs_baseline_psnr", "PSNR vs one device, same dtype (dB)", ".2f")
 VS_MAX = FigureSpec("vs_baseline_max_abs", "max pixel diff to one device, same dtype", role=PARITY)
 NOISE = FigureSpec("noise_max_abs", "max pixel diff of the noisiest single-device draw, same dtype")
+DIFF_GAIN = 10.0  # the difference picture shows |candidate - compared| this many times brighter
 SINGLE_RUN = FigureSpec("single_max_abs_err", "max pixel error of the single-device picture (same dtype)",
                         role=SINGLE_DEVICE)
 
@@ -188,8 +189,9 @@ class ImageKind(Kind):
             metrics["noise_errors"] = {name: run for name, run in draws.items() if isinstance(run, str)}
         elif case.dtype != "fp32" and baseline is not None:
             metrics["baseline_error"] = baseline
-        if images_dir is not None:
-            metrics["images"] = _write_pngs(output, expected, full["ssim_map"], images_dir, slug(case.case_id))
+        if images_dir is not None:  # low precision's parity check compares with its own single-device picture
+            own = baseline if case.dtype != "fp32" and isinstance(baseline, np.ndarray) else None
+            metrics["images"] = _write_pngs(output, expected, own, full["ssim_map"], images_dir, slug(case.case_id))
         return metrics
 
     def draws_for(self, case) -> tuple[str, ...]:
@@ -207,7 +209,7 @@ class ImageKind(Kind):
                    MAX_PIXEL.of(metrics.get("max_abs_err"), limits["max_abs_err_max"]),
                    MEAN_PIXEL.of(metrics.get("mean_abs_err")), NONFINITE.of(nonfinite)]
         if "images" in metrics:
-            result.extra["images"] = metrics["images"]
+            result.extra["blocks"] = [_images_block(metrics["images"], result.dtype), *result.extra.get("blocks", [])]
         found = []
         if nonfinite:
             found.append(Evidence("nonfinite", f"image has {nonfinite} non-finite values (NaN/Inf)",
@@ -248,6 +250,22 @@ def noise_limits(draws, factor: float) -> dict[str, float]:
     return {"max_abs_err_max": factor * max(run["max_abs_err"] for run in draws),
             "ssim_min": 1.0 - factor * max(1.0 - run["ssim"] for run in draws),
             "psnr_min": min(run["psnr"] for run in draws) - 20.0 * math.log10(factor)}
+def _images_block(paths: dict[str, str], dtype: str) -> dict:
+    """The pictures with what each is: the difference is to the picture the parity check compares with."""
+    compared = "the fp32 reference" if "baseline" not in paths else f"one device, {dtype}"
+    top = 1.0 / DIFF_GAIN
+    captions = {"reference": "reference (fp32, one device)", "baseline": f"one device, {dtype} (compared with)",
+                "candidate": f"this layout, {dtype}", "diff": f"difference to {compared}, \u00d7{DIFF_GAIN:g}",
+                "ssim_map": "SSIM map against the fp32 reference"}
+    scales = {"diff": {"ticks": ["0", f"{top / 2:g}", f"\u2265 {top:g}"],
+                       "note": f"black = equal, white = off by {top:g} or more (pixels in [0, 1], amplified "
+                               f"\u00d7{DIFF_GAIN:g})"},
+              "ssim_map": {"ticks": ["\u2264 0", "0.5", "1"],
+                           "note": "white = same structure, black = none; clipped to [0, 1]"}}
+    return images("Images", paths, {role: captions[role] for role in paths},
+                  {role: scale for role, scale in scales.items() if role in paths})
+
+
 def _auto_model():
     """diffusers' AutoModel, which the guide loads a pipeline's transformer with (its class from the folder)."""
     from diffusers import AutoModel
@@ -261,13 +279,17 @@ def _config_hash(model: str, weights_dir=None) -> str:
     return recipe(model).config_hash() if weights_dir is None else f"weights:{Path(weights_dir).resolve()}"
 
 
-def _write_pngs(image, expected, ssim_map, images_dir: Path, name: str) -> dict[str, str]:
-    """Reference, candidate, 10x difference and SSIM map, named after the case, relative to the report folder."""
+def _write_pngs(image, expected, own, ssim_map, images_dir: Path, name: str) -> dict[str, str]:
+    """The fp32 reference, low precision's own single-device picture (`own`, None in fp32), the candidate, the
+    difference to the picture the parity check compares with (amplified DIFF_GAIN times) and the SSIM map against
+    the fp32 reference, named after the case, relative to the report folder."""
     import numpy as np
 
     from harness.rank.image_metrics import diff_image, to_png
 
-    pictures = {"reference": expected, "candidate": image, "diff": diff_image(image, expected, gain=10.0)}
+    compared = expected if own is None else own
+    pictures = {"reference": expected, **({} if own is None else {"baseline": own}), "candidate": image,
+                "diff": diff_image(image, compared, gain=DIFF_GAIN)}
     if ssim_map is not None:
         pictures["ssim_map"] = np.clip(ssim_map, 0.0, 1.0)
     paths = {}

@@ -29,7 +29,7 @@ from typing import Any
 from harness.core.results import TEXT, CaseResult
 from harness.report import axes, pack
 from harness.report.data import ANCHOR, ATTENTION, BAD, STATUSES
-from harness.report.detail import outside_link
+from harness.report.detail import issue_anchor, outside_link
 
 _LEAD = ("status", "reason", "world_size")  # after the axes: what (nearly) every case has
 FIELDS = (*dict.fromkeys((*axes.names(), *_LEAD, *(f.name for f in fields(CaseResult)), "cell")),)
@@ -125,9 +125,11 @@ def _row(case: CaseResult, names: list[str], specs: Table, values: Table) -> lis
 
 
 def _entry(entry: dict[str, str]) -> dict[str, str]:
-    """A known-issue entry as the page shows it: its key, its title, and its link where a browser may follow it."""
-    return {"key": str(entry.get("key", "")), "title": str(entry.get("title", "")),
-            "link": outside_link(entry.get("link")) or ""}
+    """A known-issue entry as the page shows it: its key, its title, where the page lists it (`anchor`), and its
+    link and upstream thread where a browser may follow them."""
+    key = str(entry.get("key", ""))
+    return {"key": key, "title": str(entry.get("title", "")), "anchor": issue_anchor(key),
+            "link": outside_link(entry.get("link")) or "", "upstream": outside_link(entry.get("upstream")) or ""}
 
 
 def _trimmed(row: list[Any]) -> list[Any]:

@@ -128,3 +128,33 @@ def test_image_arrays_round_trip_through_png(tmp_path):
     picture = np.linspace(0, 1, 8 * 8 * 3, dtype=np.float32).reshape(8, 8, 3)
     path = to_png(picture, tmp_path / "p.png")
     assert np.abs(np.asarray(Image.open(path)) / 255.0 - picture).max() <= 0.5 / 255 + 1e-6
+
+
+@pytest.mark.parametrize(("dtype", "roles", "diff_level"), [
+    ("bf16", ["reference", "baseline", "candidate", "diff", "ssim_map"], 0),  # vs its own one-device picture
+    ("fp32", ["reference", "candidate", "diff", "ssim_map"], 128),  # the control: vs the fp32 reference
+])
+def test_the_pictures_show_what_the_parity_check_compares_with(tmp_path, dtype, roles, diff_level):
+    """A bf16 candidate equal to its one-device bf16 picture and 0.05 off the fp32 one: its pictures hold the bf16
+    picture it is compared with and a black difference to it; an fp32 case's difference is to the reference
+    (0.05 x 10 = half brightness). The images block captions each and gives the difference its scale."""
+    from types import SimpleNamespace
+
+    import torch
+    from PIL import Image
+
+    from harness.kinds.image import _images_block
+
+    expected, own = np.full((16, 16, 3), 0.45, np.float32), np.full((16, 16, 3), 0.5, np.float32)
+    expected[:8] = own[:8] = 0.2  # some structure for the SSIM
+    case = SimpleNamespace(dtype=dtype, case_id=f"flux/ulysses2/native/{dtype}/image")
+    metrics = kind_of("image").measure(own.copy(), SimpleNamespace(output=torch.from_numpy(expected)), own.copy(),
+                                       case, tmp_path / "images", {"draw": own.copy()})
+    paths = metrics["images"]
+    assert list(paths) == roles
+    diff = np.asarray(Image.open(tmp_path / paths["diff"]))
+    assert np.abs(diff[12, 12].astype(int) - diff_level).max() <= 1 and diff[2, 2].max() == 0
+    block = _images_block(paths, dtype)
+    assert list(block["captions"]) == roles and block["scales"]["diff"]["ticks"] == ["0", "0.05", "\u2265 0.1"]
+    compared = "one device, bf16" if dtype == "bf16" else "the fp32 reference"
+    assert block["captions"]["diff"] == f"difference to {compared}, \u00d710"
