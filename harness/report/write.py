@@ -26,7 +26,7 @@ def write_reports(report_dir: Path, results: list[CaseResult], header: RunHeader
         lines += [f"> {header.version_mismatch}", ""]
     if covered := summary_line(header):
         lines += [f"Coverage: {covered} (`index.html#coverage`)", ""]
-    text = matrix.markdown(results, lines) + _unmatched_markdown(typed.known_issues_unmatched)
+    text = matrix.markdown(results, lines) + _unmatched_markdown(header.known_issues_unmatched)
     (report_dir / "matrix.md").write_text(text)
     render_html(report_dir)
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
