@@ -35,7 +35,8 @@ PURPOSES = {"selftest": "Selftest page: every case here carries a deliberate bug
                         "expected outcome; a PASS or an XPASS means a bug went unnoticed."}
 DIFFERS = ' class="differs"'
 NAV = (("failing", "Needs a look"), ("known-issues", "Known issues"), ("skipped", "Skipped"),
-       ("passing", "Passing"), ("matrix", "Matrix"), ("details", "Opened cases"), ("environment", "Environment"))
+       ("not-applicable", "Not applicable"), ("passing", "Passing"), ("matrix", "Matrix"), ("details", "Opened cases"),
+       ("environment", "Environment"))
 
 
 def render_html(report_dir: Path) -> Path:
@@ -84,6 +85,7 @@ def _nav() -> str:
 def _lists(lists: Lists, cases: list[CaseResult]) -> str:
     return (group_section("known-issues", "Known issues (XFAIL)", lists.xfail, cases, "issue", "XFAIL")
             + group_section("skipped", "Skipped", lists.skip, cases, "reason", "SKIP")
+            + group_section("not-applicable", "Not applicable (N/A)", lists.not_applicable, cases, "reason", "N/A")
             + group_section("passing", "Passing", lists.passing, cases, "group", "PASS"))
 
 
@@ -216,8 +218,8 @@ def _filters(cases: list[CaseResult]) -> str:
         '<form id="filters" role="search" aria-label="filter cases">'
         + "".join(selects)
         + '<label><input type="checkbox" name="failures"> failures only</label>'
-        '<label title="matrix rows and columns in which every case is SKIP"><input type="checkbox" name="skips"> '
-        "all-SKIP matrix rows</label>"
+        '<label title="matrix rows and columns in which every case is SKIP or N/A"><input type="checkbox" '
+        'name="skips"> all-SKIP matrix rows</label>'
         '<button type="reset">clear</button>'
         '<span id="shown-count" aria-live="polite">'
         f'{len(cases)} cases</span><span class="nojs muted">(filters need JavaScript)</span></form>'
@@ -249,8 +251,8 @@ def _matrix(cases: list[CaseResult]) -> str:
         f'{"" if len(order) == 1 else "s"}, {len(failing)} with failures)</h2>'
         f'<div class="legend">{legend}<span class="muted">rows {escape(" x ".join(layout["row"]))}, columns '
         f'{escape(" x ".join(layout["column"]))}; cell: status, then the case\'s key figure; hover for the reason, '
-        "click or Enter for details, arrow keys move between cells. Rows and columns in which every case is SKIP "
-        f"are left out unless asked for above.</span></div>{_cell_legend(cases)}{sections}"
+        "click or Enter for details, arrow keys move between cells. Rows and columns in which every case is SKIP or "
+        f"N/A are left out unless asked for above.</span></div>{_cell_legend(cases)}{sections}"
         '<p class="none no-match" hidden>No case matches the filters.</p></section>'
     )
 

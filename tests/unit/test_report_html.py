@@ -913,3 +913,20 @@ def test_browser_a_wide_matrix_holds_its_header_row_and_first_column(tmp_path, h
     assert [text for text, shown in got["legend"] if shown] == ["1.7e-07 max abs err (tensor cases)",
                                                                 "ssim 1.0000 SSIM (image cases)",
                                                                 "g3e-07 gradient rel L2 err (train cases)"]
+
+
+def test_not_applicable_is_its_own_state_on_the_page(tmp_path):
+    """An N/A case has its own count, colour and section, apart from the SKIP cases (and not counted with them)."""
+    records = [case("flux/ulysses2/native/fp32/tensor", "PASS"),
+               case("flux/ulysses2/_native_math/fp32/tensor", "N/A", figures=[],
+                    reason="diffusers does not register backend '_native_math' as context-parallel capable"),
+               case("flux/tp2/_native_cudnn/fp32/tensor", "SKIP", figures=[], reason="needs CUDA")]
+    page = render_html(write(tmp_path, records)).read_text()
+    for status in ("N/A", "SKIP"):
+        assert f'data-set-status="{status}" data-total="1" title="show only {status}"><b>1</b>{status}' in page
+    not_applicable = page.split('<section id="not-applicable">', 1)[1].split("</section>", 1)[0]
+    skipped = page.split('<section id="skipped">', 1)[1].split("</section>", 1)[0]
+    assert 'class="group s-N/A"' in not_applicable and "context-parallel capable" in not_applicable
+    assert "needs CUDA" in skipped and "context-parallel capable" not in skipped
+    assert ".s-N\\/A {" in page  # the stylesheet gives it a colour of its own
+    assert '<option value="N/A">' in page.split('<select name="status">', 1)[1].split("</select>", 1)[0]
