@@ -266,12 +266,12 @@ def _section(value: str, statuses: list[str], open_: bool) -> str:
 
 
 def _cell_legend(cases: list[CaseResult]) -> str:
-    """What the figure under a cell's status is: each figure the cases' cells write (the one a kind declares with a
-    cell format), by its label, with a cell it wrote (a non-zero one where there is) and the kinds whose cases write
-    it, all read from the cases."""
+    """What the figure under a cell's status is: each check that decided a case (its margin to its limit), else the
+    key figure a kind declares with a cell format, by its label, with a cell it wrote (a non-zero one where there
+    is) and the kinds whose cases write it, all read from the cases."""
     found: dict[tuple[str, str], list] = {}
     for case in cases:
-        figure = cell_figure(case.figures)
+        figure = case.deciding or cell_figure(case.figures)
         if figure is None:
             continue
         key = (str(figure.get("name", "")), str(figure.get("label") or figure.get("name", "")))
@@ -287,5 +287,6 @@ def _cell_legend(cases: list[CaseResult]) -> str:
         f'<span class="cell-label">{escape(label)}</span> <span class="muted">({escape(", ".join(kinds))} '
         "cases)</span></li>"
         for (name, label), (example, _, kinds) in found.items())
-    return (f'<div class="cell-legend" id="cell-legend"><span>Under a cell\'s status, its case\'s key figure:'
-            f"</span><ul>{items}</ul></div>")
+    return (f'<div class="cell-legend" id="cell-legend"><span>Under a cell\'s status, the check that decided its case '
+            f"and the share of its limit it used (1.00x: at the limit), else its key "
+            f"figure:</span><ul>{items}</ul></div>")
