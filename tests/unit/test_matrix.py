@@ -148,7 +148,7 @@ def test_csv_has_a_column_per_figure(tmp_path):
     frame = pd.read_csv(tmp_path / "matrix.csv")
     assert list(frame.columns) == matrix.csv_columns(results) and len(frame) == len(results)
     figures = ["max_abs_err", "mean_abs_err", "ssim"]
-    assert list(frame.columns)[len(matrix.LEADING):-len(matrix.TRAILING)] == figures
+    assert list(frame.columns)[len(matrix.LEADING):-len(matrix.TRAILING)] == [*matrix.DECIDING, *figures]
     assert set(matrix.LEADING + matrix.TRAILING) <= {f.name for f in fields(CaseResult)}
     row = frame.set_index("case_id").loc["flux/ring2/_native_flash/fp32/image"]
     assert row["ssim"] == 0.99987 and row["max_abs_err"] == 4.8e-07 and pd.isna(row["mean_abs_err"])
