@@ -18,11 +18,6 @@ class NotApplicable(str):
     __slots__ = ()
 
 
-def not_applicable(reason: str | None) -> NotApplicable | None:
-    """`reason` declared N/A (None stays None: nothing to say)."""
-    return None if reason is None else NotApplicable(reason)
-
-
 def status_of(reason: str) -> Status:
     """The status of a case decided before launch with `reason`: N/A for a `NotApplicable` one, else SKIP."""
     return Status.NOT_APPLICABLE if isinstance(reason, NotApplicable) else Status.SKIP

@@ -143,8 +143,8 @@ def deciding(figures: list[dict], evidence: list[dict] = ()) -> dict | None:
 
 
 def decided_text(check: dict) -> str:
-    """`vs_baseline_max_abs 0.00586 <= 0.0156 (0.38 of the limit; 2.0x the noisiest ...)`: the check, its
-    direction, how much of its allowance it used, and how its limit was derived."""
+    """`SSIM 0.9994 >= 0.99 (0.06x of its allowance; limit: fixed, the bf16 entry of image_limits)`: the check,
+    its direction, how much of its allowance it used, and how its limit was derived."""
     about = f" [{check['subject']}]" if check.get("subject") else ""
     derived = f"; limit: {check['derived']}" if check.get("derived") else ""
     over = check["margin"] > 1

@@ -13,7 +13,7 @@ from pathlib import Path
 from harness import faults
 from harness.catalogue.zoo import SPECS, get_spec
 from harness.core import axes, compat
-from harness.core.applicability import NotApplicable, not_applicable
+from harness.core.applicability import NotApplicable
 from harness.core.dtypes import torch_dtype
 from harness.core.errors import HarnessError
 from harness.core.layouts import Layout, parse_layout
@@ -69,7 +69,7 @@ def skip_reason(case: Case, rank_limit: int | Capacity) -> str | None:
         return too_big
     missing = compat.model_class_missing(spec.class_name) or compat.layout_missing(layout)
     if missing is not None:  # a class or parallel feature this diffusers release does not have yet
-        return not_applicable(missing)
+        return NotApplicable(missing)
     if layout.is_torch_context_parallel:
         unfit = torch_cp_unfit(case)
         if unfit is not None:

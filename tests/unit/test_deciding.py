@@ -95,3 +95,29 @@ def test_the_views_write_the_deciding_check(tmp_path):
            "(3.20x of its allowance; limit: 2.0 x the noisiest" in text
     old = CaseResult.from_dict({key: value for key, value in result.to_dict().items() if key != "deciding"})
     assert old.deciding is None and old.cell == "7.1e-03"  # a file from before it: the key figure, as it was
+
+
+@pytest.mark.slow
+def test_the_page_matrix_cells_read_the_deciding_check_in_a_browser(tmp_path):
+    """Rendered and drawn by the page's script in Chromium: the bf16 tensor cell reads its same-dtype check, the
+    train cell its worst parameter (not the all-parameter error the key figure would write)."""
+    import json
+
+    from harness.core.results import payload_of
+    from harness.report import render_html
+    from tests.report_pages import OPEN_ALL, seen
+
+    kind = kind_of("train")
+    train = CaseResult("flux/tp2/native/fp32/train", "flux", "default", "train", "tp2", 2, "native", "fp32")
+    metrics = _metrics(grad_err=1.71e-3, param_errors={"a.weight": {"rel_l2": 0.972, "max_abs": 1e-3}})
+    settle(train, kind.judge(train, metrics, kind.policy(settings(), "fp32")))
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps(payload_of([_tensor("bf16"), train], {})))
+    probe = ('window.__probe = function () { return Array.prototype.map.call(document.querySelectorAll('
+             '"a.cell-case"), function (a) { return [a.getAttribute("href"), a.querySelector(".num").textContent]; '
+             '}); };')
+    got = seen(tmp_path, render_html(folder), "", OPEN_ALL + probe)
+    cells = dict(got["extra"])
+    assert cells == {"#case-flux/ulysses2/native/bf16/tensor": "vs 1-dev 0.38x",
+                     "#case-flux/tp2/native/fp32/train": "worst grad 9720x"}
