@@ -77,6 +77,11 @@ def test_lower_bounds_are_margins_of_deficits_with_their_direction():
     assert figures.margin(36.0, 38.0, ">=", None) == pytest.approx(10 ** 0.2)  # PSNR: the errors' ratio
     assert figures.margin(math.nan, 0.99, ">=", 1.0) == math.inf  # NaN never looks within its limit
     assert figures.margin(1.01, 1.25, "<=", 1.0) == pytest.approx(0.04)  # a budget over one device's own error
+    # the page's figures table writes the same share; a figure from an older file (no bound) reads value / limit
+    from harness.report import pack
+
+    assert pack.ratio(SSIM.of(0.999387, 0.99)) == "0.061\u00d7"
+    assert pack.ratio({"value": 0.999387, "limit": 0.99}) == "1\u00d7"
 
 
 def test_the_views_write_the_deciding_check(tmp_path):
