@@ -25,10 +25,12 @@ class FigureSpec:
     """A figure a kind measures: its `name` (the CSV column, the key in `results.json`), a `label` for people, the
     format of its value (`fmt`, a Python format spec; "" for text), `cell`: how the matrix cell writes it when it
     is the key figure (a format with `{value}`, e.g. "g{value:.0e}"; "" when it is not), and its `role` ("" for
-    none; `PARITY`, `SINGLE_DEVICE`). A figure with a limit is a check: `short` names it in a cell, `at_least`
-    says the value must reach the limit (SSIM, PSNR) rather than stay under it, and `ideal` is the value of a run
-    that adds no error (0 for an error, 1 for SSIM and for a ratio to one device's own error; None: unbounded,
-    a figure in decibels), from which its margin is measured (`margin`)."""
+    none; `PARITY`, `SINGLE_DEVICE`). A figure with a `short` name (how a cell names it) is a check its limit
+    bounds, one that may decide the case (`deciding`): `at_least` says the value must reach the limit (SSIM, PSNR)
+    rather than stay under it, and `ideal` is the value of a run that adds no error (0 for an error, 1 for SSIM and
+    for a ratio to one device's own error; None: unbounded, a figure in decibels), from which its margin is
+    measured (`margin`). A figure without one keeps its limit for the reader only (a kind's own, whose limit may
+    bound something else, such as a ratio's distance from 1)."""
 
     name: str
     label: str
@@ -46,8 +48,10 @@ class FigureSpec:
         (a budget over one device's own error); `subject`: the one thing it is about (a parameter)."""
         figure = {"name": self.name, "label": self.label, "value": value, "fmt": self.fmt}
         if limit is not None:
-            figure.update(limit=limit, short=self.short or self.name, bound=">=" if self.at_least else "<=",
-                          ideal=self.ideal if ideal is None else ideal)
+            figure["limit"] = limit
+            if self.short:
+                figure.update(short=self.short, bound=">=" if self.at_least else "<=",
+                              ideal=self.ideal if ideal is None else ideal)
             if derived:
                 figure["derived"] = derived
         for key, given in (("cell", self.cell), ("role", self.role), ("subject", subject)):
@@ -121,11 +125,12 @@ def margin(value: float, limit: float, bound: str = "<=", ideal: float | None = 
 
 
 def deciding(figures: list[dict], evidence: list[dict] = ()) -> dict | None:
-    """The check that decided the case: of every figure with a limit and every failed check with a number that no
-    figure stands for (a parameter's weights, a rank's output), the one that used most of its allowance (the first
-    on a tie: figures carry how their limit was derived). None when the case has no check with a number."""
+    """The check that decided the case: of every figure a kind declares a check (`FigureSpec.short`) and every
+    failed check with a number that no figure stands for (a parameter's weights, a rank's output), the one that used
+    most of its allowance (the first on a tie: figures carry how their limit was derived). None when the case has
+    no check with a number."""
     named = {figure["name"] for figure in figures}
-    checks = [figure for figure in figures if "limit" in figure and is_number(figure.get("value"))]
+    checks = [figure for figure in figures if "bound" in figure and is_number(figure.get("value"))]
     checks += [{"name": item["check"], "label": item["check"].replace("_", " "), "short": item["check"],
                 "value": item["value"], "limit": item["limit"], "bound": "<=", "ideal": 0.0,
                 **({"subject": item["subject"]} if item.get("subject") else {})}

@@ -522,7 +522,7 @@ def test_browser_leaves_out_all_skip_rows_unless_asked(tmp_path):
     default, asked = seen(tmp_path, index, "", OPEN_ALL), seen(tmp_path, index, "?skips=1", OPEN_ALL)
     assert [default["cells"].get(key, False) for key in skips] == [False, False]
     assert [asked["cells"][key] for key in skips] == [True, True]
-    assert default["skipNotes"][0].startswith("2 rows in which every case is SKIP left out")
+    assert default["skipNotes"][0].startswith("2 rows in which every case is SKIP or N/A left out")
     assert asked["skipNotes"][0] == ""
     assert sum(default["cells"].values()) == len(browser_cases()) - 2
     ticked = seen(tmp_path, index, "", OPEN_ALL + 'var s = document.querySelector("[name=skips]"); s.checked = true;'
