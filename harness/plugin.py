@@ -187,16 +187,18 @@ def check_reference(captured) -> None:
 
 def check_parity(planned, results) -> None:
     """The pytest outcome of one parity case: SKIP and XFAIL as pytest's own, FAIL/ERROR/TIMEOUT as a failure
-    that says what broke and how to rerun the case alone, PASS as a pass."""
+    that says what broke and how to rerun the case alone, PASS as a pass. pytest has no outcome for a combination
+    that cannot exist: N/A is a skip whose reason starts with "not applicable: " (`NOT_APPLICABLE`)."""
+    from harness.core.applicability import status_of
     from harness.core.results import Status
 
     if planned.skip_reason:
-        pytest.skip(planned.skip_reason)
+        pytest.skip(_skip_text(status_of(planned.skip_reason), planned.skip_reason))
     result = results.get(planned.case.case_id)
     if result is None:
         results.stop_for(planned.case.case_id)
-    if result.status is Status.SKIP:
-        pytest.skip(result.reason)
+    if not result.status.ran:
+        pytest.skip(_skip_text(result.status, result.reason))
     if result.status is Status.XFAIL:
         pytest.xfail(result.reason)
     if result.status is Status.XPASS:
@@ -209,6 +211,16 @@ def check_parity(planned, results) -> None:
                     + (f"; a standalone script: {result.extra['repro']}" if result.extra.get("repro") else ""),
                     pytrace=False)
     assert result.status is Status.PASS
+
+
+NOT_APPLICABLE = "not applicable: "  # how a pytest skip says N/A
+
+
+def _skip_text(status, reason: str) -> str:
+    """A skip's reason, marked when the case is N/A rather than SKIP."""
+    from harness.core.results import Status
+
+    return f"{NOT_APPLICABLE}{reason}" if status is Status.NOT_APPLICABLE else str(reason)
 
 
 def _numbers(result) -> str:

@@ -149,7 +149,7 @@ class Kind:
         return slice_ids(self.name, SPECS, LOAD_FAMILIES)
 
     def unavailable(self) -> str | None:
-        """Why this kind cannot run on this machine (a plan-time SKIP), or None."""
+        """Why this kind cannot run on this machine (a plan-time SKIP; a `NotApplicable` reason: N/A), or None."""
         return None
 
     def applies(self, layout) -> bool:
@@ -162,7 +162,8 @@ class Kind:
         return True
 
     def skip_reason(self, case: Case) -> str | None:
-        """Why this kind cannot run this particular case (a plan-time SKIP), or None."""
+        """Why this kind cannot run this particular case (a plan-time SKIP; a `NotApplicable` reason: N/A), or
+        None."""
         return None
 
     def shapes(self, spec, wanted: list[str], weights_dir: str | None) -> list[tuple[str, str | None]]:

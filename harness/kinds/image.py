@@ -18,19 +18,24 @@ from harness.core.figures import PARITY, SINGLE_DEVICE, FigureSpec, images
 from harness.core.options import Option
 from harness.kinds.base import Built, Check, Kind, slice_ids
 
-SSIM = FigureSpec("ssim", "SSIM", ".6f", cell="ssim {value:.4f}")
-PSNR = FigureSpec("psnr", "PSNR (dB)", ".2f")
-MAX_PIXEL = FigureSpec("max_abs_err", "max pixel error")
+# SSIM and PSNR must reach their limits: SSIM's margin is measured in deficits from 1, PSNR's in the errors its
+# decibels stand for (harness.core.figures.margin)
+SSIM = FigureSpec("ssim", "SSIM", ".6f", cell="ssim {value:.4f}", short="ssim", at_least=True, ideal=1.0)
+PSNR = FigureSpec("psnr", "PSNR (dB)", ".2f", short="psnr", at_least=True, ideal=None)
+MAX_PIXEL = FigureSpec("max_abs_err", "max pixel error", short="pixel")
 MEAN_PIXEL = FigureSpec("mean_abs_err", "mean pixel error")
 NONFINITE = FigureSpec("nonfinite", "non-finite values", "d")
 BASELINE = FigureSpec("baseline_err", "baseline mean pixel error (one device, same dtype)")
-VS_SSIM = FigureSpec("vs_baseline_ssim", "SSIM vs one device, same dtype", ".6f")
-VS_PSNR = FigureSpec("vs_baseline_psnr", "PSNR vs one device, same dtype (dB)", ".2f")
-VS_MAX = FigureSpec("vs_baseline_max_abs", "max pixel diff to one device, same dtype", role=PARITY)
+VS_SSIM = FigureSpec("vs_baseline_ssim", "SSIM vs one device, same dtype", ".6f", short="ssim 1-dev", at_least=True,
+                     ideal=1.0)
+VS_PSNR = FigureSpec("vs_baseline_psnr", "PSNR vs one device, same dtype (dB)", ".2f", short="psnr 1-dev",
+                     at_least=True, ideal=None)
+VS_MAX = FigureSpec("vs_baseline_max_abs", "max pixel diff to one device, same dtype", role=PARITY,
+                    short="pixel 1-dev")
 NOISE = FigureSpec("noise_max_abs", "max pixel diff of the noisiest single-device draw, same dtype")
 DIFF_GAIN = 10.0  # the difference picture shows |candidate - compared| this many times brighter
 SINGLE_RUN = FigureSpec("single_max_abs_err", "max pixel error of the single-device picture (same dtype)",
-                        role=SINGLE_DEVICE)
+                        role=SINGLE_DEVICE, short="1-dev pixel")
 
 
 @dataclass(frozen=True)
@@ -205,8 +210,10 @@ class ImageKind(Kind):
 
         limits = policy.limits
         nonfinite = metrics.get("nonfinite")
-        figures = [SSIM.of(metrics.get("ssim"), limits["ssim_min"]), PSNR.of(metrics.get("psnr"), limits["psnr_min"]),
-                   MAX_PIXEL.of(metrics.get("max_abs_err"), limits["max_abs_err_max"]),
+        fixed = f"fixed, the {result.dtype} entry of image_limits"
+        figures = [SSIM.of(metrics.get("ssim"), limits["ssim_min"], fixed),
+                   PSNR.of(metrics.get("psnr"), limits["psnr_min"], fixed),
+                   MAX_PIXEL.of(metrics.get("max_abs_err"), limits["max_abs_err_max"], fixed),
                    MEAN_PIXEL.of(metrics.get("mean_abs_err")), NONFINITE.of(nonfinite)]
         if "images" in metrics:
             result.extra["blocks"] = [_images_block(metrics["images"], result.dtype), *result.extra.get("blocks", [])]
@@ -224,17 +231,21 @@ class ImageKind(Kind):
                                                   f"its noise draws failed ({failed or 'none ran'})"))
         elif "vs_baseline" in metrics:
             own = noise_limits(metrics["noise"].values(), policy.noise_factor)
+            draws = f"the noisiest of its {len(metrics['noise'])} single-device {result.dtype} draws"
             figures += [BASELINE.of(metrics["baseline"]["mean_abs_err"]),
-                        VS_SSIM.of(metrics["vs_baseline"]["ssim"], own["ssim_min"]),
-                        VS_PSNR.of(metrics["vs_baseline"]["psnr"], own["psnr_min"]),
-                        VS_MAX.of(metrics["vs_baseline"]["max_abs_err"], own["max_abs_err_max"]),
+                        VS_SSIM.of(metrics["vs_baseline"]["ssim"], own["ssim_min"],
+                                   f"1 - {policy.noise_factor} x the SSIM deficit of {draws}"),
+                        VS_PSNR.of(metrics["vs_baseline"]["psnr"], own["psnr_min"],
+                                   f"the PSNR of {draws} less 20 log10 {policy.noise_factor} dB"),
+                        VS_MAX.of(metrics["vs_baseline"]["max_abs_err"], own["max_abs_err_max"],
+                                  f"{policy.noise_factor} x the max pixel difference of {draws}"),
                         NOISE.of(max(run["max_abs_err"] for run in metrics["noise"].values()))]
             against.append((f"vs single-device {result.dtype}", metrics["vs_baseline"], own))
         for subject, measured, held_to in against:
             found += [Evidence(check, f"{subject}: {text}", subject, value, limit)
                       for check, value, limit, text in violations(measured, held_to)]
         if "single" in metrics:  # what a changed model, backend or compiler shows: one device off the reference too
-            figures.append(SINGLE_RUN.of(metrics["single"]["max_abs_err"], limits["max_abs_err_max"]))
+            figures.append(SINGLE_RUN.of(metrics["single"]["max_abs_err"], limits["max_abs_err_max"], fixed))
         result.figures = figures
         return found
 

@@ -12,6 +12,7 @@ diffusers' default backend only. Eager only; its cases read the tensor kind's re
 
 from __future__ import annotations
 
+from harness.core.applicability import NotApplicable
 from harness.core.evidence import Evidence
 from harness.core.figures import FigureSpec, table
 from harness.core.options import Option
@@ -49,7 +50,8 @@ class RefusalKind(TensorKind):
     def unavailable(self) -> str | None:
         import diffusers
 
-        return None if hasattr(diffusers, "ContextParallelConfig") else "this diffusers has no ContextParallelConfig"
+        return None if hasattr(diffusers, "ContextParallelConfig") else NotApplicable(
+            "this diffusers has no ContextParallelConfig")
 
     def applies(self, layout) -> bool:
         from harness.catalogue import refusals

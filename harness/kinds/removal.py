@@ -12,6 +12,7 @@ PyTorch's); eager only.
 
 from __future__ import annotations
 
+from harness.core.applicability import NotApplicable
 from harness.core.evidence import Evidence
 from harness.core.figures import FigureSpec
 from harness.core.options import Option
@@ -48,7 +49,8 @@ class RemovalKind(TensorKind):
         import importlib
 
         hooks = importlib.import_module("diffusers.hooks.context_parallel")
-        return None if hasattr(hooks, "remove_context_parallel") else "this diffusers has no remove_context_parallel"
+        return None if hasattr(hooks, "remove_context_parallel") else NotApplicable(
+            "this diffusers has no remove_context_parallel")
 
     def applies(self, layout) -> bool:
         return layout.is_context_parallel and not layout.is_data_parallel and not layout.is_torch_context_parallel

@@ -36,7 +36,8 @@ PURPOSES = {"selftest": "Selftest page: every case here carries a deliberate bug
                         "expected outcome; a PASS or an XPASS means a bug went unnoticed."}
 DIFFERS = ' class="differs"'
 NAV = (("failing", "Needs a look"), ("known-issues", "Known issues"), ("skipped", "Skipped"),
-       ("passing", "Passing"), ("matrix", "Matrix"), ("details", "Opened cases"), ("environment", "Environment"))
+       ("not-applicable", "Not applicable"), ("passing", "Passing"), ("matrix", "Matrix"), ("details", "Opened cases"),
+       ("environment", "Environment"))
 
 
 def render_html(report_dir: Path) -> Path:
@@ -86,6 +87,7 @@ def _lists(lists: Lists, cases: list[CaseResult], header: RunHeader) -> str:
     listing = issue_list(cases, list(header.known_issues_unmatched or []))
     return (group_section("known-issues", "Known issues (XFAIL)", lists.xfail, cases, "issue", "XFAIL", listing)
             + group_section("skipped", "Skipped", lists.skip, cases, "reason", "SKIP")
+            + group_section("not-applicable", "Not applicable (N/A)", lists.not_applicable, cases, "reason", "N/A")
             + group_section("passing", "Passing", lists.passing, cases, "group", "PASS"))
 
 
@@ -227,8 +229,8 @@ def _filters(cases: list[CaseResult]) -> str:
         + '<label>search <input type="search" name="q" placeholder="case id or known issue" size="22" '
         'title="a part of a case id, or of a known issue\'s title, key or globs"></label>'
         '<label><input type="checkbox" name="failures"> failures only</label>'
-        '<label title="matrix rows and columns in which every case is SKIP"><input type="checkbox" name="skips"> '
-        "all-SKIP matrix rows</label>"
+        '<label title="matrix rows and columns in which every case is SKIP or N/A"><input type="checkbox" '
+        'name="skips"> all-SKIP matrix rows</label>'
         '<button type="reset">clear</button>'
         '<span id="shown-count" aria-live="polite">'
         f'{len(cases)} cases</span><span class="nojs muted">(filters need JavaScript)</span></form>'
@@ -260,8 +262,8 @@ def _matrix(cases: list[CaseResult]) -> str:
         f'{"" if len(order) == 1 else "s"}, {len(failing)} with failures)</h2>'
         f'<div class="legend">{legend}<span class="muted">rows {escape(" x ".join(layout["row"]))}, columns '
         f'{escape(" x ".join(layout["column"]))}; cell: status, then the case\'s key figure; hover for the reason, '
-        "click or Enter for details, arrow keys move between cells. Rows and columns in which every case is SKIP "
-        f"are left out unless asked for above.</span></div>{_cell_legend(cases)}{sections}"
+        "click or Enter for details, arrow keys move between cells. Rows and columns in which every case is SKIP or "
+        f"N/A are left out unless asked for above.</span></div>{_cell_legend(cases)}{sections}"
         '<p class="none no-match" hidden>No case matches the filters.</p></section>'
     )
 
@@ -277,12 +279,12 @@ def _section(value: str, statuses: list[str], open_: bool) -> str:
 
 
 def _cell_legend(cases: list[CaseResult]) -> str:
-    """What the figure under a cell's status is: each figure the cases' cells write (the one a kind declares with a
-    cell format), by its label, with a cell it wrote (a non-zero one where there is) and the kinds whose cases write
-    it, all read from the cases."""
+    """What the figure under a cell's status is: each check that decided a case (its margin to its limit), else the
+    key figure a kind declares with a cell format, by its label, with a cell it wrote (a non-zero one where there
+    is) and the kinds whose cases write it, all read from the cases."""
     found: dict[tuple[str, str], list] = {}
     for case in cases:
-        figure = cell_figure(case.figures)
+        figure = case.deciding or cell_figure(case.figures)
         if figure is None:
             continue
         key = (str(figure.get("name", "")), str(figure.get("label") or figure.get("name", "")))
@@ -298,5 +300,6 @@ def _cell_legend(cases: list[CaseResult]) -> str:
         f'<span class="cell-label">{escape(label)}</span> <span class="muted">({escape(", ".join(kinds))} '
         "cases)</span></li>"
         for (name, label), (example, _, kinds) in found.items())
-    return (f'<div class="cell-legend" id="cell-legend"><span>Under a cell\'s status, its case\'s key figure:'
-            f"</span><ul>{items}</ul></div>")
+    return (f'<div class="cell-legend" id="cell-legend"><span>Under a cell\'s status, the check that decided its case '
+            f"and the share of its limit it used (1.00x: at the limit), else its key "
+            f"figure:</span><ul>{items}</ul></div>")

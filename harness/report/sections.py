@@ -41,30 +41,34 @@ class Lists:
     xfail: list[Group]
     skip: list[Group]
     passing: list[Group]
+    not_applicable: list[Group]
 
     def groups(self) -> dict[str, list[int]]:
-        return {group.key: group.members for group in (*self.xfail, *self.skip, *self.passing)}
+        every = (*self.xfail, *self.skip, *self.passing, *self.not_applicable)
+        return {group.key: group.members for group in every}
 
 
 def split(cases: list[CaseResult]) -> Lists:
     """Failing and XPASS cases first (in that order of status, then plan order); XFAIL by the known issues that
-    excused it (or the expected refusal), SKIP by reason, PASS with a note by note, plain PASS by model; the biggest
-    group first."""
+    excused it (or the expected refusal), SKIP and N/A by reason, PASS with a note by note, plain PASS by model; the
+    biggest group first."""
     attention = sorted((i for i, case in enumerate(cases) if case.status.needs_a_look),
                        key=lambda i: ATTENTION.index(cases[i].status.value))
-    xfail, skip, noted, plain = {}, {}, {}, {}
+    xfail, skip, noted, plain, absent = {}, {}, {}, {}, {}
     for i, case in enumerate(cases):
         if case.status is Status.XFAIL:
             xfail.setdefault(_issues(case), []).append(i)
         elif case.status is Status.SKIP:
             skip.setdefault(case.reason, []).append(i)
+        elif case.status is Status.NOT_APPLICABLE:
+            absent.setdefault(case.reason, []).append(i)
         elif case.status is Status.PASS and case.reason:
             noted.setdefault(case.reason, []).append(i)
         elif case.status is Status.PASS:
             plain.setdefault(f"{case.model}: passing", []).append(i)
     known = [_known(group, cases) for group in _groups("x", xfail)]
     passing = _groups("n", noted) + _groups("p", plain, by_size=False)
-    return Lists(attention, known, _groups("k", skip), passing)
+    return Lists(attention, known, _groups("k", skip), passing, _groups("a", absent))
 
 
 def _issues(case: CaseResult) -> str:

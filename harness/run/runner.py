@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from harness.core import axes, environment
+from harness.core.applicability import NotApplicable
 from harness.core.errors import HarnessError
 from harness.core.header import RunHeader
 from harness.core.modes import EAGER, MODES
@@ -114,7 +115,9 @@ class _Run:
         if not done:
             _clear_previous(report_dir, echo)
         todo = [case for case in runnable if case.case_id not in done]
-        echo(f"plan: {len(plan)} cases, {len(runnable)} to run, {len(plan) - len(runnable)} skipped at plan time"
+        absent = sum(isinstance(p.skip_reason, NotApplicable) for p in plan)
+        echo(f"plan: {len(plan)} cases, {len(runnable)} to run, {len(plan) - len(runnable) - absent} skipped at plan "
+             f"time, {absent} not applicable (N/A)"
              + (f", {len(runnable) - len(todo)} kept from the interrupted run" if resume else ""))
         compiled = [mode for mode in settings.modes if mode != EAGER]
         if compiled and "all" not in compiled and settings.compile_cases != ["*"]:
@@ -189,9 +192,9 @@ class _Run:
         unchecked = _no_parallel_ran(self.plan, results) and not settings.allow_no_parallel
         _tidy_work(launches_folder(report_dir), settings, failed, echo)
         if unchecked:
-            echo("WARNING: no case with more than one rank ran: every parallel layout of the plan was SKIP (see the "
-                 "reasons above), so this run checked no parallel parity at all. Exit 1; pass --allow-no-parallel if "
-                 "that is what you meant.")
+            echo("WARNING: no case with more than one rank ran: every parallel layout of the plan was SKIP or N/A "
+                 "(see the reasons above), so this run checked no parallel parity at all. Exit 1; pass "
+                 "--allow-no-parallel if that is what you meant.")
         return RunSummary(results, header, 1 if failed or unchecked else 0)
 
     def hand_over(self, error: Exception) -> handover.RunStopped:
@@ -227,7 +230,7 @@ def _tidy_work(workdir: Path, settings: Settings, failed: bool, echo) -> None:
 def _no_parallel_ran(plan: list[PlannedCase], results: list[CaseResult]) -> bool:
     """The plan asked for parallel layouts and none of its cases with more than one rank ran."""
     asked = any(p.case.world_size > 1 for p in plan)
-    ran = any(r.world_size > 1 and r.status is not Status.SKIP for r in results)
+    ran = any(r.world_size > 1 and r.status.ran for r in results)
     return asked and not ran
 
 

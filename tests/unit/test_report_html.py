@@ -527,7 +527,7 @@ def test_browser_leaves_out_all_skip_rows_unless_asked(tmp_path):
     default, asked = seen(tmp_path, index, "", OPEN_ALL), seen(tmp_path, index, "?skips=1", OPEN_ALL)
     assert [default["cells"].get(key, False) for key in skips] == [False, False]
     assert [asked["cells"][key] for key in skips] == [True, True]
-    assert default["skipNotes"][0].startswith("2 rows in which every case is SKIP left out")
+    assert default["skipNotes"][0].startswith("2 rows in which every case is SKIP or N/A left out")
     assert asked["skipNotes"][0] == ""
     assert sum(default["cells"].values()) == len(browser_cases()) - 2
     ticked = seen(tmp_path, index, "", OPEN_ALL + 'var s = document.querySelector("[name=skips]"); s.checked = true;'
@@ -953,3 +953,20 @@ def test_addresses_in_a_reason_become_links_and_the_rest_stays_text(text, expect
     from harness.report.detail import linked
 
     assert linked(text) == expected
+
+
+def test_not_applicable_is_its_own_state_on_the_page(tmp_path):
+    """An N/A case has its own count, colour and section, apart from the SKIP cases (and not counted with them)."""
+    records = [case("flux/ulysses2/native/fp32/tensor", "PASS"),
+               case("flux/ulysses2/_native_math/fp32/tensor", "N/A", figures=[],
+                    reason="diffusers does not register backend '_native_math' as context-parallel capable"),
+               case("flux/tp2/_native_cudnn/fp32/tensor", "SKIP", figures=[], reason="needs CUDA")]
+    page = render_html(write(tmp_path, records)).read_text()
+    for status in ("N/A", "SKIP"):
+        assert f'data-set-status="{status}" data-total="1" title="show only {status}"><b>1</b>{status}' in page
+    not_applicable = page.split('<section id="not-applicable">', 1)[1].split("</section>", 1)[0]
+    skipped = page.split('<section id="skipped">', 1)[1].split("</section>", 1)[0]
+    assert 'class="group s-N/A"' in not_applicable and "context-parallel capable" in not_applicable
+    assert "needs CUDA" in skipped and "context-parallel capable" not in skipped
+    assert ".s-N\\/A {" in page  # the stylesheet gives it a colour of its own
+    assert '<option value="N/A">' in page.split('<select name="status">', 1)[1].split("</select>", 1)[0]

@@ -82,7 +82,7 @@
         '</td><td class="n">' + esc(f.limit || "") +
         '</td><td class="n">' + esc(f.ratio || "") + "</td></tr>";
     });
-    return "<h4>Figures</h4>" + table("figures", ["figure", "value", "limit", "value / limit"], rows);
+    return "<h4>Figures</h4>" + table("figures", ["figure", "value", "limit", "share of limit"], rows);
   }
   function blocksHTML(x) {
     return (Array.isArray(x.blocks) ? x.blocks : []).map(function (block) {

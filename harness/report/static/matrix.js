@@ -8,14 +8,16 @@
   R.matrix = function (page) {
     var D = page.D, built = {}, leftOut = {};
     // A section's table: rows and columns from D.matrix, one cell per combination. Unless SKIP cases are asked for,
-    // the rows and columns that hold nothing but SKIP cases are not drawn at all (a full plan's are most of them).
-    function showsSkips(st) { return st.skips || st.status === "SKIP"; }
+    // the rows and columns that hold nothing but cases that did not run (SKIP, N/A) are not drawn at all (a full
+    // plan's are most of them).
+    function ran(c) { return c.status !== "SKIP" && c.status !== "N/A"; }
+    function showsSkips(st) { return st.skips || !ran({status: st.status}); }
     function buildMatrix(section) {
       var value = section.getAttribute("data-section"), axis = D.matrix.section[0], skips = showsSkips(page.state());
       if (built["section:" + value] === skips) { return; }
       var mine = page.cases.filter(function (c) { return !axis || c[axis] === value; });
-      var ran = skips ? mine : mine.filter(function (c) { return c.status !== "SKIP"; });
-      var cols = ordered(ran, D.matrix.column), rows = ordered(ran, D.matrix.row), grid = {};
+      var drawn = skips ? mine : mine.filter(ran);
+      var cols = ordered(drawn, D.matrix.column), rows = ordered(drawn, D.matrix.row), grid = {};
       var rowAt = positions(rows), colAt = positions(cols), left = {};
       mine.forEach(function (c) {
         var r = rowAt[combo(c, D.matrix.row)], j = colAt[combo(c, D.matrix.column)];
@@ -34,7 +36,7 @@
       leftOut[value] = Object.keys(left).map(function (k) { return left[k]; });
       section.querySelector(".section-body").innerHTML = '<div class="scroll"><table class="matrix"><thead><tr>' +
         '<th scope="col">' + esc(D.matrix.row.join(" ")) + "</th>" +
-        matrixHead(ran, cols) + "</tr></thead><tbody>" + body + '</tbody></table></div><p class="muted skip-note"></p>';
+        matrixHead(drawn, cols) + "</tr></thead><tbody>" + body + '</tbody></table></div><p class="muted skip-note"></p>';
       built["section:" + value] = skips;
       page.applied(section);
     }
@@ -84,7 +86,7 @@
         tr.querySelectorAll("a.cell-case").forEach(function (a) {
           var c = page.caseOf(a), shown = page.matches(c, st);
           a.hidden = !shown;
-          if (shown && (showSkips || c.status !== "SKIP")) {
+          if (shown && (showSkips || ran(c))) {
             real = true;
             cols[a.parentElement.getAttribute("data-col")] = true;
           }
@@ -99,7 +101,7 @@
       var note = table.parentElement.parentElement.querySelector(".skip-note");
       if (note) {
         note.textContent = hiddenRows ? hiddenRows + " row" + (hiddenRows > 1 ? "s" : "") + " in which every case " +
-          "is SKIP left out (tick \u201call-SKIP matrix rows\u201d above to show them)." : "";
+          "is SKIP or N/A left out (tick \u201call-SKIP matrix rows\u201d above to show them)." : "";
       }
     }
     // The sections drawn for another choice of SKIP cases: again if open, else when next opened.
