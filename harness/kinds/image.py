@@ -60,12 +60,15 @@ def slug(case_id: str) -> str:
 
 
 def build_pipe(model: str, dtype: str, device, reference=None, weights_dir=None):
-    """The pipeline of a case: the reference's weights (tiny zoo) or the local checkpoint, cast once."""
+    """The pipeline of a case: the reference's weights (tiny zoo) or the local checkpoint, cast once to the case's
+    `dtype` (its name, e.g. "bf16")."""
     from harness.catalogue import pipelines
+    from harness.core.dtypes import torch_dtype
 
+    cast_to = torch_dtype(dtype)
     if weights_dir is not None:
-        return pipelines.load_pipeline(model, weights_dir, dtype, device)
-    return pipelines.build_pipeline(model, dtype, device, weights=reference.weights if reference else None)
+        return pipelines.load_pipeline(model, weights_dir, cast_to, device)
+    return pipelines.build_pipeline(model, cast_to, device, weights=reference.weights if reference else None)
 
 
 def run_pipe(pipe, model: str):

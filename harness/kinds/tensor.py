@@ -17,6 +17,7 @@ from harness.core.evidence import Evidence
 from harness.core.figures import PARITY, SINGLE_DEVICE, FigureSpec, histogram
 from harness.core.options import Option
 from harness.kinds.base import FULL_COMPILE_FAMILIES, TORCH_CP_NOT_SCRIPTED, Built, Check, Kind, slice_ids
+from harness.kinds.capturing import seeded_meta, seeded_model
 
 MAX_ABS = FigureSpec("max_abs_err", "max abs err", cell="{value:.1e}", short="err")
 MEAN_ABS = FigureSpec("mean_abs_err", "mean abs err")
@@ -105,22 +106,14 @@ class TensorKind(Kind):
         return get_spec(case.model).config_hash()
 
     def capture(self, model, shape, root, force=False, weights_dir=None) -> tuple[Path, bool]:
-        import torch
+        from harness.core.reference import write_reference
 
-        from harness.catalogue.zoo import get_spec
-        from harness.core import determinism
-        from harness.core.reference import reference_meta, reference_path, write_reference
-
-        spec = get_spec(model)
-        path = reference_path(root, spec.name, shape, self.name)
-        if path.exists() and not force:
+        spec, path, module = seeded_model(self.name, model, shape, root, force)
+        if module is None:
             return path, False
-        determinism.strict_fp32()
-        module = spec.build().to(torch.float32)
         inputs = spec.inputs(shape)
         output = run_model(module, inputs)
-        meta = reference_meta(spec.name, shape, self.name, spec.config, spec.config_hash(),
-                              **{"class": spec.class_name, "seed": spec.seed})
+        meta = seeded_meta(spec, shape, self.name, spec.config_hash())
         return path, write_reference(path, module.state_dict(), inputs, output, meta, force=force)
 
     def build(self, case, reference, device, load) -> Built:

@@ -19,6 +19,7 @@ from harness.core.evidence import Evidence, per_subject
 from harness.core.figures import SINGLE_DEVICE, FigureSpec, margin, series, table
 from harness.core.options import Option
 from harness.kinds.base import FULL_COMPILE_FAMILIES, TORCH_CP_NOT_SCRIPTED, Built, Check, Kind, slice_ids
+from harness.kinds.capturing import seeded_meta, seeded_model
 
 TRAINED_SHAPES = ("default", "masked")
 _GRAD, _FINAL = "grad.", "final."
@@ -159,17 +160,12 @@ class TrainKind(Kind):
         seed weights and the whole batch (latents, conditions, every step's noise and sigmas)."""
         import torch
 
-        from harness.catalogue.zoo import get_spec
-        from harness.core import determinism
-        from harness.core.reference import reference_meta, reference_path, write_reference
+        from harness.core.reference import write_reference
         from harness.rank import training
 
-        spec = get_spec(model)
-        path = reference_path(root, spec.name, shape, self.name)
-        if path.exists() and not force:
+        spec, path, module = seeded_model(self.name, model, shape, root, force)
+        if module is None:
             return path, False
-        determinism.strict_fp32()
-        module = spec.build().to(torch.float32)
         seed_weights = {name: value.clone() for name, value in module.state_dict().items()}
         batch = training.make_batch(spec, shape, steps)
         trainer = training.Trainer(module, module, batch, steps, spec, None, torch.device("cpu"), training.Groups())
@@ -177,9 +173,8 @@ class TrainKind(Kind):
         extras = {"noise": batch.noise, "sigmas": batch.sigmas,
                   **{_GRAD + name: value for name, value in ran["gradients"].items()},
                   **{_FINAL + name: value for name, value in ran["weights"].items()}}
-        meta = reference_meta(spec.name, shape, self.name, spec.config, _recipe_hash(spec.config_hash()),
-                              **{"class": spec.class_name, "seed": spec.seed,
-                                 "train": {"steps": steps, "recipe": training.RECIPE, "batched": list(batch.batched)}})
+        meta = seeded_meta(spec, shape, self.name, _recipe_hash(spec.config_hash()),
+                           train={"steps": steps, "recipe": training.RECIPE, "batched": list(batch.batched)})
         inputs = {**batch.conditions, "hidden_states": batch.latents}
         # The weights after K AdamW steps reproduce within 9e-6 between two captures (AdamW turns the noise of a
         # near-zero gradient into a step of up to the learning rate): a recapture within 1e-4 keeps the file.

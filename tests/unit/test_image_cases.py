@@ -94,10 +94,12 @@ def test_capture_writes_picture_and_png(tmp_path):
 @pytest.mark.slow
 def test_local_checkpoint_runs_the_same_cases(project):
     """A user's checkpoint folder (here a tiny one written by `save_pretrained`) gives the same matrix."""
+    import torch
+
     from harness.catalogue.pipelines import build_pipeline
 
     folder = project / "checkpoints" / "tiny-flux"
-    build_pipeline("flux", "fp32").save_pretrained(folder)
+    build_pipeline("flux", torch.float32).save_pretrained(folder)
     done = subprocess.run(
         [sys.executable, "-m", "harness", "run", "--weights", str(folder), "--kinds", "image", "--models", "flux",
          "--layouts", "single,ulysses2", "--backends", "native", "--dtypes", "fp32", "--images", "all"],

@@ -925,11 +925,12 @@ def test_unmatched_known_issues_are_listed_in_matrix_md_and_on_the_page(tmp_path
     """As pytest lists unused xfails: the entries results.json names as matching no case, in matrix.md and in the
     page's listing (anchored by entry number, globs written as a list); a run with none says so on the page and
     adds nothing to matrix.md (the control)."""
+    from harness.core.header import RunHeader
     from harness.report.write import write_reports
 
     unmatched = ["known_issues.toml #5 qwenimage@masked/*ulysses*", "known_issues.toml #7 ('ltx/*', 'ltx2/*')"]
     records = [CaseResult.from_dict(r) for r in cases()[:2]]
-    write_reports(tmp_path / "a", records, {"known_issues_unmatched": unmatched})
+    write_reports(tmp_path / "a", records, RunHeader.from_dict({"known_issues_unmatched": unmatched}))
     markdown = (tmp_path / "a" / "matrix.md").read_text()
     assert "### Known-issue entries that matched no case (2)" in markdown
     assert "| known_issues.toml #5 | `qwenimage@masked/*ulysses*` |" in markdown
@@ -937,7 +938,7 @@ def test_unmatched_known_issues_are_listed_in_matrix_md_and_on_the_page(tmp_path
     page_ = (tmp_path / "a" / "index.html").read_text()
     assert ('<li id="issue-7" class="issue-unmatched"><b>known_issues.toml #7</b> <code>ltx/*, ltx2/*</code></li>'
             in page_)
-    write_reports(tmp_path / "b", records, {})
+    write_reports(tmp_path / "b", records, RunHeader.from_dict({}))
     assert "matched no case" not in (tmp_path / "b" / "matrix.md").read_text()
     assert "Every entry of this release matched a case of this run." in (tmp_path / "b" / "index.html").read_text()
 

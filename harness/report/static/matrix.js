@@ -36,7 +36,8 @@
       leftOut[value] = Object.keys(left).map(function (k) { return left[k]; });
       section.querySelector(".section-body").innerHTML = '<div class="scroll"><table class="matrix"><thead><tr>' +
         '<th scope="col">' + esc(D.matrix.row.join(" ")) + "</th>" +
-        matrixHead(drawn, cols) + "</tr></thead><tbody>" + body + '</tbody></table></div><p class="muted skip-note"></p>';
+        matrixHead(drawn, cols) + "</tr></thead><tbody>" + body +
+        '</tbody></table></div><p class="muted skip-note"></p>';
       built["section:" + value] = skips;
       page.applied(section);
     }
