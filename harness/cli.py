@@ -124,9 +124,10 @@ def cmd_capture(args) -> int:
 
 def cmd_run(args) -> int:
     from harness.run import runner
+    from harness.run.folders import launches_folder
     from harness.run.launchers import launcher_from
     from harness.run.lock import report_folder_lock
-    from harness.run.nodes import WORKDIR, NodeAgent
+    from harness.run.nodes import NodeAgent
 
     settings = _settings(args)
     launcher = launcher_from(settings)
@@ -134,7 +135,7 @@ def cmd_run(args) -> int:
     if command is not None:
         return _hand_off(launcher, command, settings, _forwarded(args))
     if launcher.node_rank > 0:  # this node only runs ranks: node 0 plans, judges and reports
-        return NodeAgent(settings.path("report_dir") / WORKDIR, launcher).run()
+        return NodeAgent(launches_folder(settings.path("report_dir")), launcher).run()
     with report_folder_lock(settings.path("report_dir")):  # a second run into this folder is refused before it plans
         plan = runner.plan_from(settings, args.inject_fault)
         # The wall a user waits counts from the process's start: the interpreter and the imports too.

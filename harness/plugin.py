@@ -29,15 +29,13 @@ def pytest_configure(config):
         config.option.dist = "loadfile"
 
 
-PYTEST_REPORTS = "pytest"  # under the configured report folder: the parity items' own, unless told otherwise
-
-
 def settings_from(config):
-    """The run's settings for this session. The parity items write to `<report_dir>/pytest` unless
+    """The run's settings for this session. The parity items write to `<report_dir>.work/pytest` unless
     `--harness-report-dir` says where: a `harness run` in the same checkout, started beside `pytest`, then never
-    meets them (each folder holds one live run)."""
+    meets them (each folder holds one live run), and the folder a CI job uploads holds no test scratch."""
     from dataclasses import replace
 
+    from harness.run.folders import pytest_report_folder
     from harness.run.settings import RUN_OPTIONS, load_settings
 
     overrides = {name: config.getoption(f"harness_{name}") for name in RUN_OPTIONS}
@@ -46,7 +44,7 @@ def settings_from(config):
         raise pytest.UsageError("--harness-shard and --harness-launcher are for `harness run` (then `harness merge`); "
                                 "under pytest select items with -k")
     if overrides["report_dir"] is None:
-        settings = replace(settings, report_dir=str(settings.path("report_dir") / PYTEST_REPORTS))
+        settings = replace(settings, report_dir=str(pytest_report_folder(settings.path("report_dir"))))
     return settings
 
 
@@ -189,16 +187,18 @@ def check_reference(captured) -> None:
 
 def check_parity(planned, results) -> None:
     """The pytest outcome of one parity case: SKIP and XFAIL as pytest's own, FAIL/ERROR/TIMEOUT as a failure
-    that says what broke and how to rerun the case alone, PASS as a pass."""
+    that says what broke and how to rerun the case alone, PASS as a pass. pytest has no outcome for a combination
+    that cannot exist: N/A is a skip whose reason starts with "not applicable: " (`NOT_APPLICABLE`)."""
+    from harness.core.applicability import status_of
     from harness.core.results import Status
 
     if planned.skip_reason:
-        pytest.skip(planned.skip_reason)
+        pytest.skip(_skip_text(status_of(planned.skip_reason), planned.skip_reason))
     result = results.get(planned.case.case_id)
     if result is None:
         results.stop_for(planned.case.case_id)
-    if result.status is Status.SKIP:
-        pytest.skip(result.reason)
+    if not result.status.ran:
+        pytest.skip(_skip_text(result.status, result.reason))
     if result.status is Status.XFAIL:
         pytest.xfail(result.reason)
     if result.status is Status.XPASS:
@@ -211,6 +211,16 @@ def check_parity(planned, results) -> None:
                     + (f"; a standalone script: {result.extra['repro']}" if result.extra.get("repro") else ""),
                     pytrace=False)
     assert result.status is Status.PASS
+
+
+NOT_APPLICABLE = "not applicable: "  # how a pytest skip says N/A
+
+
+def _skip_text(status, reason: str) -> str:
+    """A skip's reason, marked when the case is N/A rather than SKIP."""
+    from harness.core.results import Status
+
+    return f"{NOT_APPLICABLE}{reason}" if status is Status.NOT_APPLICABLE else str(reason)
 
 
 def _numbers(result) -> str:

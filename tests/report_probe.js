@@ -1,6 +1,7 @@
 /* Appended to a report page by tests/report_pages.py: runs the test's setup (in place of the SETUP comment), then
    records what a person would see, as JSON in a pre element. Shown: computed display not "none" and a box;
-   in view: shown and inside the first screen. A test's setup may define window.__probe for more. */
+   in view: shown and inside the first screen. A test's setup may define window.__probe for more, and window.__wait
+   to be recorded later than 300 ms after it. */
 (function () {
   "use strict";
   function shown(el) {
@@ -83,5 +84,6 @@
     pre.textContent = JSON.stringify(out);
     document.body.appendChild(pre);
   }
-  setTimeout(function () { /*SETUP*/ setTimeout(record, 300); }, 0);
+  // A setup of several timed steps sets window.__wait (ms) to be recorded after its last one
+  setTimeout(function () { /*SETUP*/ setTimeout(record, window.__wait || 300); }, 0);
 })();

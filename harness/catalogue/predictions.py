@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.catalogue.zoo import get_spec
+from harness.core.applicability import NotApplicable
 from harness.core.errors import first_line
 from harness.core.layouts import Layout
 from harness.core.records import Case
@@ -111,10 +112,12 @@ def config_refusal(layout: Layout) -> Refusal | None:
 
 
 def load_skip(case: Case) -> str | None:
-    """Why the case's load cannot run here (a plan-time SKIP), or None (harness.loads)."""
+    """Why the case's load cannot run here, or None (harness.loads): N/A for a `--weights` folder (the axis is the
+    zoo's), SKIP where a tiny model's plan or a package stands in the way."""
     load = load_of(case.load)
     if load.checkpoint and case.weights_dir is not None:
-        return "a --weights checkpoint is loaded as it is; the load axis applies to the zoo's own checkpoints"
+        return NotApplicable("a --weights checkpoint is loaded as it is; the load axis applies to the zoo's own "
+                             "checkpoints")
     spec = get_spec(case.model)
     if load.checkpoint and spec.cp_plan is not None and case.layout.is_context_parallel:
         return (f"from_pretrained takes no cp_plan, and the tiny {spec.class_name}'s own _cp_plan does not fit it "

@@ -25,23 +25,38 @@ class FigureSpec:
     """A figure a kind measures: its `name` (the CSV column, the key in `results.json`), a `label` for people, the
     format of its value (`fmt`, a Python format spec; "" for text), `cell`: how the matrix cell writes it when it
     is the key figure (a format with `{value}`, e.g. "g{value:.0e}"; "" when it is not), and its `role` ("" for
-    none; `PARITY`, `SINGLE_DEVICE`)."""
+    none; `PARITY`, `SINGLE_DEVICE`). A figure with a `short` name (how a cell names it) is a check its limit
+    bounds, one that may decide the case (`deciding`): `at_least` says the value must reach the limit (SSIM, PSNR)
+    rather than stay under it, and `ideal` is the value of a run that adds no error (0 for an error, 1 for SSIM and
+    for a ratio to one device's own error; None: unbounded, a figure in decibels), from which its margin is
+    measured (`margin`). A figure without one keeps its limit for the reader only (a kind's own, whose limit may
+    bound something else, such as a ratio's distance from 1)."""
 
     name: str
     label: str
     fmt: str = ".3g"
     cell: str = ""
     role: str = ""
+    short: str = ""
+    at_least: bool = False
+    ideal: float | None = 0.0
 
-    def of(self, value: Any, limit: float | None = None) -> dict:
-        """The figure as a result keeps it: name, value and, where it answers to one, its limit."""
+    def of(self, value: Any, limit: float | None = None, derived: str = "", ideal: float | None = None,
+           subject: str = "") -> dict:
+        """The figure as a result keeps it: name, value and, where it answers to one, its limit, how that limit was
+        derived (`derived`, in words), and the ideal it is measured from when this run's differs from the spec's
+        (a budget over one device's own error); `subject`: the one thing it is about (a parameter)."""
         figure = {"name": self.name, "label": self.label, "value": value, "fmt": self.fmt}
         if limit is not None:
             figure["limit"] = limit
-        if self.cell:
-            figure["cell"] = self.cell
-        if self.role:
-            figure["role"] = self.role
+            if self.short:
+                figure.update(short=self.short, bound=">=" if self.at_least else "<=",
+                              ideal=self.ideal if ideal is None else ideal)
+            if derived:
+                figure["derived"] = derived
+        for key, given in (("cell", self.cell), ("role", self.role), ("subject", subject)):
+            if given:
+                figure[key] = given
         return figure
 
 
@@ -90,6 +105,71 @@ def cell(figures: list[dict]) -> str:
     if isinstance(number, str) or (isinstance(number, float) and not math.isfinite(number)):
         return str(number)  # NaN or Inf (as results.json writes them)
     return figure["cell"].format(value=number)
+
+
+def margin(value: float, limit: float, bound: str = "<=", ideal: float | None = 0.0) -> float:
+    """How much of its allowance a check used: 0 at the ideal, 1 at the limit, above 1 past it. An upper bound's
+    (value - ideal) / (limit - ideal); a lower bound's deficits, (ideal - value) / (ideal - limit) (SSIM); a lower
+    bound in decibels with no ideal (PSNR) the ratio of the errors it stands for, 10^((limit - value) / 10)."""
+    if math.isnan(value):
+        return math.inf
+    if not (math.isfinite(value) and math.isfinite(limit)):
+        return 0.0 if value == limit or (value < limit) == (bound == "<=") else math.inf
+    if bound == ">=" and ideal is None:
+        return 10 ** ((limit - value) / 10)
+    ideal = ideal or 0.0
+    used, allowed = (value - ideal, limit - ideal) if bound == "<=" else (ideal - value, ideal - limit)
+    if allowed <= 0:  # a limit at the ideal: anything past it is infinitely over
+        return 0.0 if used <= 0 else math.inf
+    return max(used, 0.0) / allowed
+
+
+def deciding(figures: list[dict], evidence: list[dict] = ()) -> dict | None:
+    """The check that decided the case: of every figure a kind declares a check (`FigureSpec.short`) and every
+    failed check with a number that no figure stands for (a parameter's weights, a rank's output), the one that used
+    most of its allowance (the first on a tie: figures carry how their limit was derived). None when the case has
+    no check with a number."""
+    named = {figure["name"] for figure in figures}
+    checks = [figure for figure in figures if "bound" in figure and is_number(figure.get("value"))]
+    checks += [{"name": item["check"], "label": item["check"].replace("_", " "), "short": item["check"],
+                "value": item["value"], "limit": item["limit"], "bound": "<=", "ideal": 0.0,
+                **({"subject": item["subject"]} if item.get("subject") else {})}
+               for item in evidence if item["check"] not in named and is_number(item.get("value"))
+               and is_number(item.get("limit"))]
+    best = None
+    for check in checks:
+        used = margin(float(check["value"]), float(check["limit"]), check["bound"], check["ideal"])
+        if best is None or used > best["margin"]:
+            best = {**{key: check[key] for key in ("name", "label", "short", "value", "limit", "bound") if key in
+                       check}, **{key: check[key] for key in ("subject", "derived") if key in check}, "margin": used}
+    if best is not None:
+        best["text"] = decided_text(best)
+    return best
+
+
+def decided_text(check: dict) -> str:
+    """`SSIM 0.9994 >= 0.99 (0.06x of its allowance; limit: fixed, the bf16 entry of image_limits)`: the check,
+    its direction, how much of its allowance it used, and how its limit was derived."""
+    about = f" [{check['subject']}]" if check.get("subject") else ""
+    derived = f"; limit: {check['derived']}" if check.get("derived") else ""
+    over = check["margin"] > 1
+    bound = {"<=": ">" if over else "<=", ">=": "<" if over else ">="}[check["bound"]]
+    return (f"{check['label']}{about} {_number(check['value'])} {bound} {_number(check['limit'])} "
+            f"({_times(check['margin'])} of its allowance{derived})")
+
+
+def decided_cell(check: dict) -> str:
+    """The matrix cell of a deciding check: its short name and the share of its allowance it used."""
+    return f"{check['short']} {_times(check['margin'])}"
+
+
+def _times(used: float | str) -> str:
+    used = float(used)  # results.json writes an infinite margin as "inf"
+    return f"{used:.2f}x" if used < 10 else (f"{used:.0f}x" if used < 1e5 else f"{used:.1e}x")
+
+
+def _number(value: float) -> str:
+    return format(value, ".4g")
 
 
 def columns(results) -> list[str]:

@@ -30,6 +30,14 @@ class Status(StrEnum):
     TIMEOUT = "TIMEOUT"
     XFAIL = "XFAIL"
     XPASS = "XPASS"  # a known issue that no longer reproduces: news, and with `xfail_strict` a failure
+    # The combination cannot exist (diffusers refuses it, the model has no plan for the layout): decided at plan time
+    # like a SKIP, but nothing could make it run (harness.core.applicability); files older than it read as before
+    NOT_APPLICABLE = "N/A"
+
+    @property
+    def ran(self) -> bool:
+        """Whether the case ran at all: SKIP and N/A did not."""
+        return self not in (Status.SKIP, Status.NOT_APPLICABLE)
 
     @property
     def needs_a_look(self) -> bool:
@@ -78,6 +86,9 @@ class CaseResult:
     # "known" and, where the entry measured one, the band its figure sat in ("band": [low, high]).
     known_issues: list[dict[str, str]] = field(default_factory=list)
     load: str = "enable"  # enable_parallelism or from_pretrained (harness.loads)
+    # The check that decided it (harness.core.figures.deciding: the one that used most of its allowance, with its
+    # limit's derivation and `margin`); None where no check has a number, or in a file written before it
+    deciding: dict[str, Any] | None = None
     flow: str = "none"  # what the user calls around enable_parallelism (harness.flows)
 
     def figure(self, name: str) -> Any:
@@ -90,8 +101,9 @@ class CaseResult:
 
     @property
     def cell(self) -> str:
-        """The key figure as the matrix cell writes it ("" for none)."""
-        return figures.cell(self.figures)
+        """The matrix cell's text: the deciding check and how much of its allowance it used, else the key figure
+        ("" for none)."""
+        return figures.decided_cell(self.deciding) if self.deciding else figures.cell(self.figures)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

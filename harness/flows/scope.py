@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 
-from harness.flows.registry import NONE, FlowValue, refusal_of, value_of
+from harness.core.applicability import NotApplicable
+from harness.flows.registry import FlowValue, refusal_of, value_of
 
 
 def exists(case, checkpoint: bool) -> bool:
@@ -18,7 +19,8 @@ def exists(case, checkpoint: bool) -> bool:
 
 
 def unavailable(case, model_class) -> str | None:
-    """Why the case's flow cannot run here (a plan-time SKIP), or None."""
+    """Why the case's flow cannot run here, or None: SKIP for a package this machine lacks, N/A for a method the
+    installed release's model class does not have."""
     value = value_of(case.flow)
     if value.flow is None:
         return None
@@ -27,7 +29,8 @@ def unavailable(case, model_class) -> str | None:
         return f"the {value.flow.name} flow needs {', '.join(missing)}, which is not installed"
     lacking = [name for name in value.flow.needs_api if not hasattr(model_class, name)]
     if lacking:
-        return f"this diffusers' {model_class.__name__} has no {', '.join(lacking)} (the {value.flow.name} flow)"
+        return NotApplicable(f"this diffusers' {model_class.__name__} has no {', '.join(lacking)} (the "
+                             f"{value.flow.name} flow)")
     return None
 
 
@@ -43,6 +46,3 @@ def refusal(case) -> tuple[str, str] | None:
     return (f"diffusers refuses {value.flow.name} {value.position} enabling parallelism on {case.layout.name} "
             f"({refused.where})", refused.error)
 
-
-def is_default(name: str) -> bool:
-    return name == NONE

@@ -118,6 +118,7 @@ class Kind:
     cost_s: float = 0.4  # rough seconds of one case on one rank, to balance the parts of `--shard K/N`
     torch_context_parallel: bool = False  # whether its cases run under PyTorch's context parallelism (tcp layouts)
     compiles: bool = True  # its module runs under torch.compile's modes (harness.core.modes); False: SKIP there
+    loads: bool = True  # the full plan loads its cases through from_pretrained too (`load_slice`); False: never
     references: str = ""  # the kind whose reference files its cases read ("": its own)
     localizes: bool = True  # a FAIL is traced module by module (False: what fails is no module's output)
 
@@ -142,8 +143,9 @@ class Kind:
 
     def load_slice(self, plan: str) -> list[str]:
         """The ids (without load and mode) of this kind's cases that plan `plan` also loads through from_pretrained,
-        its part of the plan's `load_cases`: the full plan's every model on each load family, fp32; none otherwise."""
-        if plan != "full":
+        its part of the plan's `load_cases`: the full plan's every model on each load family, fp32; none otherwise (nor
+        ever for a kind that `loads` not)."""
+        if plan != "full" or not self.loads:
             return []
         from harness.catalogue.zoo import SPECS
 
@@ -155,7 +157,7 @@ class Kind:
         return []
 
     def unavailable(self) -> str | None:
-        """Why this kind cannot run on this machine (a plan-time SKIP), or None."""
+        """Why this kind cannot run on this machine (a plan-time SKIP; a `NotApplicable` reason: N/A), or None."""
         return None
 
     def applies(self, layout) -> bool:
@@ -168,7 +170,8 @@ class Kind:
         return True
 
     def skip_reason(self, case: Case) -> str | None:
-        """Why this kind cannot run this particular case (a plan-time SKIP), or None."""
+        """Why this kind cannot run this particular case (a plan-time SKIP; a `NotApplicable` reason: N/A), or
+        None."""
         return None
 
     def shapes(self, spec, wanted: list[str], weights_dir: str | None) -> list[tuple[str, str | None]]:
@@ -189,8 +192,9 @@ class Kind:
         raise NotImplementedError
 
     def captures(self, spec) -> bool:
-        """Whether this kind has a reference for the model at all (its cases may still be planned, as SKIP)."""
-        return True
+        """Whether this kind has a reference for the model at all (its cases may still be planned, as SKIP): none of
+        its own when it reads another kind's (`references`)."""
+        return not self.references
 
     def capture_options(self, settings) -> dict:
         """The options `capture` takes from the settings (keyword arguments)."""

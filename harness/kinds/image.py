@@ -14,22 +14,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.evidence import Evidence
-from harness.core.figures import PARITY, SINGLE_DEVICE, FigureSpec
+from harness.core.figures import PARITY, SINGLE_DEVICE, FigureSpec, images
 from harness.core.options import Option
 from harness.kinds.base import Built, Check, Kind, slice_ids
 
-SSIM = FigureSpec("ssim", "SSIM", ".6f", cell="ssim {value:.4f}")
-PSNR = FigureSpec("psnr", "PSNR (dB)", ".2f")
-MAX_PIXEL = FigureSpec("max_abs_err", "max pixel error")
+# SSIM and PSNR must reach their limits: SSIM's margin is measured in deficits from 1, PSNR's in the errors its
+# decibels stand for (harness.core.figures.margin)
+SSIM = FigureSpec("ssim", "SSIM", ".6f", cell="ssim {value:.4f}", short="ssim", at_least=True, ideal=1.0)
+PSNR = FigureSpec("psnr", "PSNR (dB)", ".2f", short="psnr", at_least=True, ideal=None)
+MAX_PIXEL = FigureSpec("max_abs_err", "max pixel error", short="pixel")
 MEAN_PIXEL = FigureSpec("mean_abs_err", "mean pixel error")
 NONFINITE = FigureSpec("nonfinite", "non-finite values", "d")
 BASELINE = FigureSpec("baseline_err", "baseline mean pixel error (one device, same dtype)")
-VS_SSIM = FigureSpec("vs_baseline_ssim", "SSIM vs one device, same dtype", ".6f")
-VS_PSNR = FigureSpec("vs_baseline_psnr", "PSNR vs one device, same dtype (dB)", ".2f")
-VS_MAX = FigureSpec("vs_baseline_max_abs", "max pixel diff to one device, same dtype", role=PARITY)
+VS_SSIM = FigureSpec("vs_baseline_ssim", "SSIM vs one device, same dtype", ".6f", short="ssim 1-dev", at_least=True,
+                     ideal=1.0)
+VS_PSNR = FigureSpec("vs_baseline_psnr", "PSNR vs one device, same dtype (dB)", ".2f", short="psnr 1-dev",
+                     at_least=True, ideal=None)
+VS_MAX = FigureSpec("vs_baseline_max_abs", "max pixel diff to one device, same dtype", role=PARITY,
+                    short="pixel 1-dev")
 NOISE = FigureSpec("noise_max_abs", "max pixel diff of the noisiest single-device draw, same dtype")
+DIFF_GAIN = 10.0  # the difference picture shows |candidate - compared| this many times brighter
 SINGLE_RUN = FigureSpec("single_max_abs_err", "max pixel error of the single-device picture (same dtype)",
-                        role=SINGLE_DEVICE)
+                        role=SINGLE_DEVICE, short="1-dev pixel")
 
 
 @dataclass(frozen=True)
@@ -54,12 +60,15 @@ def slug(case_id: str) -> str:
 
 
 def build_pipe(model: str, dtype: str, device, reference=None, weights_dir=None):
-    """The pipeline of a case: the reference's weights (tiny zoo) or the local checkpoint, cast once."""
+    """The pipeline of a case: the reference's weights (tiny zoo) or the local checkpoint, cast once to the case's
+    `dtype` (its name, e.g. "bf16")."""
     from harness.catalogue import pipelines
+    from harness.core.dtypes import torch_dtype
 
+    cast_to = torch_dtype(dtype)
     if weights_dir is not None:
-        return pipelines.load_pipeline(model, weights_dir, dtype, device)
-    return pipelines.build_pipeline(model, dtype, device, weights=reference.weights if reference else None)
+        return pipelines.load_pipeline(model, weights_dir, cast_to, device)
+    return pipelines.build_pipeline(model, cast_to, device, weights=reference.weights if reference else None)
 
 
 def run_pipe(pipe, model: str):
@@ -188,8 +197,9 @@ class ImageKind(Kind):
             metrics["noise_errors"] = {name: run for name, run in draws.items() if isinstance(run, str)}
         elif case.dtype != "fp32" and baseline is not None:
             metrics["baseline_error"] = baseline
-        if images_dir is not None:
-            metrics["images"] = _write_pngs(output, expected, full["ssim_map"], images_dir, slug(case.case_id))
+        if images_dir is not None:  # low precision's parity check compares with its own single-device picture
+            own = baseline if case.dtype != "fp32" and isinstance(baseline, np.ndarray) else None
+            metrics["images"] = _write_pngs(output, expected, own, full["ssim_map"], images_dir, slug(case.case_id))
         return metrics
 
     def draws_for(self, case) -> tuple[str, ...]:
@@ -203,11 +213,13 @@ class ImageKind(Kind):
 
         limits = policy.limits
         nonfinite = metrics.get("nonfinite")
-        figures = [SSIM.of(metrics.get("ssim"), limits["ssim_min"]), PSNR.of(metrics.get("psnr"), limits["psnr_min"]),
-                   MAX_PIXEL.of(metrics.get("max_abs_err"), limits["max_abs_err_max"]),
+        fixed = f"fixed, the {result.dtype} entry of image_limits"
+        figures = [SSIM.of(metrics.get("ssim"), limits["ssim_min"], fixed),
+                   PSNR.of(metrics.get("psnr"), limits["psnr_min"], fixed),
+                   MAX_PIXEL.of(metrics.get("max_abs_err"), limits["max_abs_err_max"], fixed),
                    MEAN_PIXEL.of(metrics.get("mean_abs_err")), NONFINITE.of(nonfinite)]
         if "images" in metrics:
-            result.extra["images"] = metrics["images"]
+            result.extra["blocks"] = [_images_block(metrics["images"], result.dtype), *result.extra.get("blocks", [])]
         found = []
         if nonfinite:
             found.append(Evidence("nonfinite", f"image has {nonfinite} non-finite values (NaN/Inf)",
@@ -222,17 +234,21 @@ class ImageKind(Kind):
                                                   f"its noise draws failed ({failed or 'none ran'})"))
         elif "vs_baseline" in metrics:
             own = noise_limits(metrics["noise"].values(), policy.noise_factor)
+            draws = f"the noisiest of its {len(metrics['noise'])} single-device {result.dtype} draws"
             figures += [BASELINE.of(metrics["baseline"]["mean_abs_err"]),
-                        VS_SSIM.of(metrics["vs_baseline"]["ssim"], own["ssim_min"]),
-                        VS_PSNR.of(metrics["vs_baseline"]["psnr"], own["psnr_min"]),
-                        VS_MAX.of(metrics["vs_baseline"]["max_abs_err"], own["max_abs_err_max"]),
+                        VS_SSIM.of(metrics["vs_baseline"]["ssim"], own["ssim_min"],
+                                   f"1 - {policy.noise_factor} x the SSIM deficit of {draws}"),
+                        VS_PSNR.of(metrics["vs_baseline"]["psnr"], own["psnr_min"],
+                                   f"the PSNR of {draws} less 20 log10 {policy.noise_factor} dB"),
+                        VS_MAX.of(metrics["vs_baseline"]["max_abs_err"], own["max_abs_err_max"],
+                                  f"{policy.noise_factor} x the max pixel difference of {draws}"),
                         NOISE.of(max(run["max_abs_err"] for run in metrics["noise"].values()))]
             against.append((f"vs single-device {result.dtype}", metrics["vs_baseline"], own))
         for subject, measured, held_to in against:
             found += [Evidence(check, f"{subject}: {text}", subject, value, limit)
                       for check, value, limit, text in violations(measured, held_to)]
         if "single" in metrics:  # what a changed model, backend or compiler shows: one device off the reference too
-            figures.append(SINGLE_RUN.of(metrics["single"]["max_abs_err"], limits["max_abs_err_max"]))
+            figures.append(SINGLE_RUN.of(metrics["single"]["max_abs_err"], limits["max_abs_err_max"], fixed))
         result.figures = figures
         return found
 
@@ -248,6 +264,22 @@ def noise_limits(draws, factor: float) -> dict[str, float]:
     return {"max_abs_err_max": factor * max(run["max_abs_err"] for run in draws),
             "ssim_min": 1.0 - factor * max(1.0 - run["ssim"] for run in draws),
             "psnr_min": min(run["psnr"] for run in draws) - 20.0 * math.log10(factor)}
+def _images_block(paths: dict[str, str], dtype: str) -> dict:
+    """The pictures with what each is: the difference is to the picture the parity check compares with."""
+    compared = "the fp32 reference" if "baseline" not in paths else f"one device, {dtype}"
+    top = 1.0 / DIFF_GAIN
+    captions = {"reference": "reference (fp32, one device)", "baseline": f"one device, {dtype} (compared with)",
+                "candidate": f"this layout, {dtype}", "diff": f"difference to {compared}, \u00d7{DIFF_GAIN:g}",
+                "ssim_map": "SSIM map against the fp32 reference"}
+    scales = {"diff": {"ticks": ["0", f"{top / 2:g}", f"\u2265 {top:g}"],
+                       "note": f"black = equal, white = off by {top:g} or more (pixels in [0, 1], amplified "
+                               f"\u00d7{DIFF_GAIN:g})"},
+              "ssim_map": {"ticks": ["\u2264 0", "0.5", "1"],
+                           "note": "white = same structure, black = none; clipped to [0, 1]"}}
+    return images("Images", paths, {role: captions[role] for role in paths},
+                  {role: scale for role, scale in scales.items() if role in paths})
+
+
 def _auto_model():
     """diffusers' AutoModel, which the guide loads a pipeline's transformer with (its class from the folder)."""
     from diffusers import AutoModel
@@ -261,13 +293,17 @@ def _config_hash(model: str, weights_dir=None) -> str:
     return recipe(model).config_hash() if weights_dir is None else f"weights:{Path(weights_dir).resolve()}"
 
 
-def _write_pngs(image, expected, ssim_map, images_dir: Path, name: str) -> dict[str, str]:
-    """Reference, candidate, 10x difference and SSIM map, named after the case, relative to the report folder."""
+def _write_pngs(image, expected, own, ssim_map, images_dir: Path, name: str) -> dict[str, str]:
+    """The fp32 reference, low precision's own single-device picture (`own`, None in fp32), the candidate, the
+    difference to the picture the parity check compares with (amplified DIFF_GAIN times) and the SSIM map against
+    the fp32 reference, named after the case, relative to the report folder."""
     import numpy as np
 
     from harness.rank.image_metrics import diff_image, to_png
 
-    pictures = {"reference": expected, "candidate": image, "diff": diff_image(image, expected, gain=10.0)}
+    compared = expected if own is None else own
+    pictures = {"reference": expected, **({} if own is None else {"baseline": own}), "candidate": image,
+                "diff": diff_image(image, compared, gain=DIFF_GAIN)}
     if ssim_map is not None:
         pictures["ssim_map"] = np.clip(ssim_map, 0.0, 1.0)
     paths = {}

@@ -12,44 +12,34 @@ diffusers' default backend only. Eager only; its cases read the tensor kind's re
 
 from __future__ import annotations
 
+from harness.core.applicability import NotApplicable
 from harness.core.evidence import Evidence
 from harness.core.figures import FigureSpec, table
 from harness.core.options import Option
 from harness.kinds.base import Built, Check
-from harness.kinds.tensor import TensorKind
+from harness.kinds.on_forward import FORWARD, LAYOUT_ABS, OnForwardKind
 
 REFUSED = FigureSpec("inputs_refused", "invalid inputs refused with diffusers' message", "d", cell="{value} refused")
 TRIED = FigureSpec("inputs_tried", "invalid inputs tried", "d")
-LAYOUT_ABS = FigureSpec("layout_max_abs", "the valid layout: max abs err to the fp32 reference")
 
 
-class RefusalKind(TensorKind):
+class RefusalKind(OnForwardKind):
     name = "refusal"
     help = "invalid configs and cp_plans given to enable_parallelism: each must be refused with diffusers' message"
     checks = {"accepted": Check("invalid inputs", figure=False), "refused_otherwise": Check("invalid inputs",
                                                                                           figure=False)}
     figures = (REFUSED, TRIED, LAYOUT_ABS)
-    options = (
-        Option("models", None, "Models the refusal kind runs (default: those of --models).", is_list=True),
-        Option("layouts", ["ulysses2", "tp2"], "Layouts the refusal kind tries its invalid inputs on (the context-"
-                                               "parallel ones on a CP layout, the tensor-parallel ones on a TP one).",
-               is_list=True),
-        Option("shapes", ["default"], "Shapes the refusal kind runs.", is_list=True),
-    )
-    limits = None
-    references = "tensor"
-    compiles = False
-    torch_context_parallel = False
+    layouts_option = Option("layouts", ["ulysses2", "tp2"], "Layouts the refusal kind tries its invalid inputs on "
+                                                             "(the context-parallel ones on a CP layout, the tensor-"
+                                                             "parallel ones on a TP one).", is_list=True)
     localizes = False  # an accepted input is no module's output to trace
     cost_s = 2.0  # a fresh model for each of its invalid inputs (15 on a CP layout, 5 on a TP one)
-
-    def policy(self, settings, dtype: str) -> None:
-        return None
 
     def unavailable(self) -> str | None:
         import diffusers
 
-        return None if hasattr(diffusers, "ContextParallelConfig") else "this diffusers has no ContextParallelConfig"
+        return None if hasattr(diffusers, "ContextParallelConfig") else NotApplicable(
+            "this diffusers has no ContextParallelConfig")
 
     def applies(self, layout) -> bool:
         from harness.catalogue import refusals
@@ -61,26 +51,8 @@ class RefusalKind(TensorKind):
         """A refusal does not depend on the dtype or the attention backend: fp32 on diffusers' default."""
         return case.dtype == "fp32" and case.backend == "native"
 
-    def captures(self, spec) -> bool:
-        return False  # the tensor kind's references
-
-    def compile_slice(self, plan: str) -> list[str]:
-        return []  # eager only
-
-    def load_slice(self, plan: str) -> list[str]:
-        return []  # what enable_parallelism refuses; the loads' own refusals are the load axis's (tp_*)
-
-    def draws_for(self, case) -> tuple[str, ...]:
-        return ()
-
-    def repro_script(self, case) -> str | None:
-        return None
-
-    def repro_refusal(self, case) -> str:
-        return "refusal cases are not scripted"
-
     def build(self, case, reference, device, load) -> Built:
-        built = super().build(case, reference, device, load)
+        built = FORWARD.build(case, reference, device, load)
         model, once, found = built.module, built.run, {}
 
         def parallelize(mesh):
@@ -107,8 +79,8 @@ class RefusalKind(TensorKind):
         from harness.rank import loading
         from harness.rank.backends import first_line
 
-        attempt = refusals.Attempt(lambda: TensorKind.build(self, case, reference, device, loading.enabled()),
-                                   case.layout, mesh, cp_plan)
+        attempt = refusals.Attempt(lambda: FORWARD.build(case, reference, device, loading.enabled()), case.layout,
+                                   mesh, cp_plan)
         plan = attempt.plan(model)
         outcomes = []
         for invalid in refusals.for_layout(case.layout):
@@ -124,17 +96,8 @@ class RefusalKind(TensorKind):
             outcomes.append(outcome)
         return outcomes
 
-    def detach(self, output):
-        return output["layout"].float().cpu()
-
-    def comparable(self, output):
-        return super().comparable(output["layout"])
-
     def measure(self, output, reference, baseline, case, images_dir, draws=None) -> dict:
-        from harness.rank.compare import tensor_metrics
-
-        return {"layout_max_abs": tensor_metrics(output["layout"].float().cpu(), reference.output)["max_abs_err"],
-                "outcomes": output["outcomes"]}
+        return {"layout_max_abs": self.layout_max_abs(output, reference), "outcomes": output["outcomes"]}
 
     def judge(self, result, metrics: dict, policy) -> list[Evidence]:
         tried = [outcome for outcome in metrics["outcomes"] if "not_tried" not in outcome]
@@ -159,9 +122,6 @@ class RefusalKind(TensorKind):
                                                   "model (" + "; ".join(f"{o['name']}: {o['not_tried']}"
                                                                         for o in metrics["outcomes"]) + ")"))
         return found
-
-    def rank_tolerance(self, policy) -> float:
-        return 0.0
 
 
 def _said(outcome: dict) -> str:

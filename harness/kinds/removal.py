@@ -12,67 +12,41 @@ PyTorch's); eager only.
 
 from __future__ import annotations
 
+from harness.core.applicability import NotApplicable
 from harness.core.evidence import Evidence
 from harness.core.figures import FigureSpec
 from harness.core.options import Option
 from harness.kinds.base import Built, Check
-from harness.kinds.tensor import TensorKind
+from harness.kinds.on_forward import FORWARD, LAYOUT_ABS, OnForwardKind
 
 REMOVED_ABS = FigureSpec("removed_max_abs", "after removal: max abs diff to one device (bit for bit: 0)",
                          cell="{value:.1e}")
 REMOVED_COMMS = FigureSpec("removed_collectives", "after removal: collectives in the run", "d")
-LAYOUT_ABS = FigureSpec("layout_max_abs", "under the layout: max abs err to the fp32 reference")
 
 
-class RemovalKind(TensorKind):
+class RemovalKind(OnForwardKind):
     name = "removal"
     help = "context parallelism enabled, run, removed with remove_context_parallel, run: one device's output again"
     checks = {"removed_max_abs": Check(), "removed_collectives": Check()}
     figures = (REMOVED_ABS, REMOVED_COMMS, LAYOUT_ABS)
-    options = (
-        Option("models", None, "Models the removal kind runs (default: those of --models).", is_list=True),
-        Option("layouts", ["ulysses2", "ring2", "ulysses2any"], "Context-parallel layouts the removal kind runs "
-                                                                "(one of each sharder and attention).", is_list=True),
-        Option("shapes", ["default"], "Shapes the removal kind runs.", is_list=True),
-    )
-    limits = None
-    references = "tensor"
-    compiles = False
-    torch_context_parallel = False
+    layouts_option = Option("layouts", ["ulysses2", "ring2", "ulysses2any"], "Context-parallel layouts the removal "
+                                                                              "kind runs (one of each sharder and "
+                                                                              "attention).", is_list=True)
+    kept = "removed"  # the output after the removal: judged bit for bit against one device (no noise draws)
     cost_s = 0.5
-
-    def policy(self, settings, dtype: str) -> None:
-        return None
 
     def unavailable(self) -> str | None:
         import importlib
 
         hooks = importlib.import_module("diffusers.hooks.context_parallel")
-        return None if hasattr(hooks, "remove_context_parallel") else "this diffusers has no remove_context_parallel"
+        return None if hasattr(hooks, "remove_context_parallel") else NotApplicable(
+            "this diffusers has no remove_context_parallel")
 
     def applies(self, layout) -> bool:
         return layout.is_context_parallel and not layout.is_data_parallel and not layout.is_torch_context_parallel
 
-    def captures(self, spec) -> bool:
-        return False  # the tensor kind's references
-
-    def compile_slice(self, plan: str) -> list[str]:
-        return []  # eager only
-
-    def load_slice(self, plan: str) -> list[str]:
-        return []  # enable_parallelism and its removal: what a from_pretrained load would change is not its question
-
-    def draws_for(self, case) -> tuple[str, ...]:
-        return ()  # judged bit for bit against one device: no noise to measure
-
-    def repro_script(self, case) -> str | None:
-        return None
-
-    def repro_refusal(self, case) -> str:
-        return "removal cases are not scripted"
-
     def build(self, case, reference, device, load) -> Built:
-        built = super().build(case, reference, device, load)
+        built = FORWARD.build(case, reference, device, load)
         model, once = built.module, built.run
         if case.backend == "native":  # diffusers' default, left unset as a user's script leaves it
             model.reset_attention_backend()
@@ -101,17 +75,8 @@ class RemovalKind(TensorKind):
 
         remove_context_parallel(model, plan)
 
-    def detach(self, output):
-        return output["removed"].float().cpu()
-
-    def comparable(self, output):
-        return super().comparable(output["removed"])
-
     def measure(self, output, reference, baseline, case, images_dir, draws=None) -> dict:
-        from harness.rank.compare import tensor_metrics
-
-        metrics = {"layout_max_abs": tensor_metrics(output["layout"].float().cpu(), reference.output)["max_abs_err"],
-                   "collectives": output["collectives"]}
+        metrics = {"layout_max_abs": self.layout_max_abs(output, reference), "collectives": output["collectives"]}
         if isinstance(baseline, str):
             metrics["baseline_error"] = baseline
         else:
@@ -134,6 +99,3 @@ class RemovalKind(TensorKind):
             found.append(Evidence("removed_collectives", f"after remove_context_parallel the run still performed "
                                                          f"{collectives} collective(s)", value=collectives, limit=0))
         return found
-
-    def rank_tolerance(self, policy) -> float:
-        return 0.0

@@ -17,17 +17,21 @@ from harness.core.evidence import Evidence
 from harness.core.figures import PARITY, SINGLE_DEVICE, FigureSpec, histogram
 from harness.core.options import Option
 from harness.kinds.base import FULL_COMPILE_FAMILIES, TORCH_CP_NOT_SCRIPTED, Built, Check, Kind, slice_ids
+from harness.kinds.capturing import seeded_meta, seeded_model
 
-MAX_ABS = FigureSpec("max_abs_err", "max abs err", cell="{value:.1e}")
+MAX_ABS = FigureSpec("max_abs_err", "max abs err", cell="{value:.1e}", short="err")
 MEAN_ABS = FigureSpec("mean_abs_err", "mean abs err")
 MAX_REL = FigureSpec("max_rel_err", "max rel err")
 NONFINITE = FigureSpec("nonfinite", "non-finite values", "d")
 BASELINE = FigureSpec("baseline_err", "baseline mean abs err (one device, same dtype)")
-RATIO = FigureSpec("err_ratio", "mean err ratio (vs one device, same dtype)")
-MAX_RATIO = FigureSpec("max_err_ratio", "max err ratio (vs one device, same dtype)")
-VS_BASELINE = FigureSpec("vs_baseline_max_abs", "max abs diff to one device, same dtype", role=PARITY)
+# A ratio to one device's own error is 1 where the layout adds none: its budget is what lies above 1
+RATIO = FigureSpec("err_ratio", "mean err ratio (vs one device, same dtype)", short="budget", ideal=1.0)
+MAX_RATIO = FigureSpec("max_err_ratio", "max err ratio (vs one device, same dtype)", short="max budget", ideal=1.0)
+VS_BASELINE = FigureSpec("vs_baseline_max_abs", "max abs diff to one device, same dtype", role=PARITY,
+                         short="vs 1-dev")
 NOISE = FigureSpec("noise_max_abs", "max abs diff of the noisiest single-device draw, same dtype")
-SINGLE_RUN = FigureSpec("single_max_abs_err", "max abs err of the single-device run (same dtype)", role=SINGLE_DEVICE)
+SINGLE_RUN = FigureSpec("single_max_abs_err", "max abs err of the single-device run (same dtype)", role=SINGLE_DEVICE,
+                        short="1-dev err")
 
 
 @dataclass(frozen=True)
@@ -114,22 +118,14 @@ class TensorKind(Kind):
         return get_spec(case.model).config_hash()
 
     def capture(self, model, shape, root, force=False, weights_dir=None) -> tuple[Path, bool]:
-        import torch
+        from harness.core.reference import write_reference
 
-        from harness.catalogue.zoo import get_spec
-        from harness.core import determinism
-        from harness.core.reference import reference_meta, reference_path, write_reference
-
-        spec = get_spec(model)
-        path = reference_path(root, spec.name, shape, self.name)
-        if path.exists() and not force:
+        spec, path, module = seeded_model(self.name, model, shape, root, force)
+        if module is None:
             return path, False
-        determinism.strict_fp32()
-        module = spec.build().to(torch.float32)
         inputs = spec.inputs(shape)
         output = run_model(module, inputs)
-        meta = reference_meta(spec.name, shape, self.name, spec.config, spec.config_hash(),
-                              **{"class": spec.class_name, "seed": spec.seed})
+        meta = seeded_meta(spec, shape, self.name, spec.config_hash())
         return path, write_reference(path, module.state_dict(), inputs, output, meta, force=force)
 
     def build(self, case, reference, device, load) -> Built:
@@ -193,7 +189,8 @@ class TensorKind(Kind):
         """Every check, each failure an item: finite, within the dtype's tolerance and, in low precision, within
         the error budget of the single-device run of the same dtype, on the mean and on the max."""
         max_abs, nonfinite = metrics["max_abs_err"], metrics["nonfinite"]
-        figures = [MAX_ABS.of(max_abs, policy.tolerance), MEAN_ABS.of(metrics["mean_abs_err"]),
+        fixed = f"fixed, the {result.dtype} entry of tensor_limits"
+        figures = [MAX_ABS.of(max_abs, policy.tolerance, fixed), MEAN_ABS.of(metrics["mean_abs_err"]),
                    MAX_REL.of(metrics["max_rel_err"]), NONFINITE.of(nonfinite)]
         hist = metrics.get("abs_err_hist")
         if hist:
@@ -218,7 +215,7 @@ class TensorKind(Kind):
             # a changed model (layouts agree, ~1e-7) from a parallel bug.
             figures.append(VS_BASELINE.of(metrics.get("vs_baseline_max_abs")))
         if baseline is not None:  # what a changed model, backend or compiler shows: one device off the reference too
-            figures.append(SINGLE_RUN.of(baseline["max_abs_err"], policy.tolerance))
+            figures.append(SINGLE_RUN.of(baseline["max_abs_err"], policy.tolerance, fixed))
         result.figures = figures
         return found
 
@@ -239,7 +236,9 @@ class TensorKind(Kind):
                                   f"vs single-device {dtype}: max abs diff {diff:.3g} > {policy.noise_factor}x the "
                                   f"largest of its {len(metrics['noise'])} noise draws ({noisiest:.3g})",
                                   value=diff, limit=limit))
-        return [VS_BASELINE.of(diff, limit), NOISE.of(noisiest)]
+        derived = (f"{policy.noise_factor} x the noisiest of its {len(metrics['noise'])} single-device {dtype} draws "
+                   f"({noisiest:.3g}; tensor noise_factor)")
+        return [VS_BASELINE.of(diff, limit, derived), NOISE.of(noisiest)]
 
     @staticmethod
     def _budget(dtype: str, metrics: dict, baseline: dict, policy: TensorPolicy, found: list) -> list[dict]:
@@ -258,8 +257,12 @@ class TensorKind(Kind):
                                                    f"{baseline['max_abs_err']:.3g} (budget "
                                                    f"{policy.budget_max_factor}x)",
                                   value=max_ratio, limit=policy.budget_max_factor))
-        return [BASELINE.of(baseline["mean_abs_err"]), RATIO.of(ratio, policy.budget_factor),
-                MAX_RATIO.of(max_ratio, policy.budget_max_factor)]
+        return [BASELINE.of(baseline["mean_abs_err"]),
+                RATIO.of(ratio, policy.budget_factor, f"budget_factor: the single-device {dtype} mean abs err "
+                                                      f"({baseline['mean_abs_err']:.3g}) x {policy.budget_factor}"),
+                MAX_RATIO.of(max_ratio, policy.budget_max_factor, f"budget_max_factor: the single-device {dtype} max "
+                                                                  f"abs err ({baseline['max_abs_err']:.3g}) x "
+                                                                  f"{policy.budget_max_factor}")]
 
     def rank_tolerance(self, policy: TensorPolicy) -> float:
         return policy.tolerance

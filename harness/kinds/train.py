@@ -16,25 +16,28 @@ import json
 from dataclasses import dataclass
 
 from harness.core.evidence import Evidence, per_subject
-from harness.core.figures import SINGLE_DEVICE, FigureSpec, series, table
+from harness.core.figures import SINGLE_DEVICE, FigureSpec, margin, series, table
 from harness.core.options import Option
 from harness.kinds.base import FULL_COMPILE_FAMILIES, TORCH_CP_NOT_SCRIPTED, Built, Check, Kind, slice_ids
+from harness.kinds.capturing import seeded_meta, seeded_model
 
 TRAINED_SHAPES = ("default", "masked")
 _GRAD, _FINAL = "grad.", "final."
 SINGLE = "single"  # the single-device run of the case's dtype, the first of its noise draws
 
-GRAD = FigureSpec("grad_err", "gradient rel L2 err (all parameters, step 1)", cell="g{value:.0e}")
-LOSS = FigureSpec("loss_err", "loss rel err (worst step)")
+GRAD = FigureSpec("grad_err", "gradient rel L2 err (all parameters, step 1)", cell="g{value:.0e}", short="grad")
+LOSS = FigureSpec("loss_err", "loss rel err (worst step)", short="loss")
 WORST = FigureSpec("worst_param", "worst gradient", "")
-WEIGHTS = FigureSpec("weight_max_abs_err", "weights max abs err (after the last step)")
+# The parameter whose gradient used most of its limit: what decides a case that one wrong parameter fails
+WORST_GRAD = FigureSpec("worst_grad_err", "gradient rel L2 err of the parameter nearest its limit", short="worst grad")
+WEIGHTS = FigureSpec("weight_max_abs_err", "weights max abs err (after the last step)", short="weights")
 NONFINITE = FigureSpec("nonfinite", "non-finite values", "d")
 NOISE = FigureSpec("baseline_err", "gradient rel L2 err of the noisiest single-device draw")
-RATIO = FigureSpec("err_ratio", "gradient err ratio (vs that noise)")
+RATIO = FigureSpec("err_ratio", "gradient err ratio (vs that noise)", short="budget", ideal=1.0)
 # What a `single` case of the same model, shape, backend and dtype would show as its key figure, measured in this
 # case's launch: `harness ab` tells a changed model from it where the plan trains on no single layout.
 SINGLE_RUN = FigureSpec("single_grad_err", "gradient rel L2 err of the single-device run (same dtype)",
-                        role=SINGLE_DEVICE)
+                        role=SINGLE_DEVICE, short="1-dev grad")
 STEPS = Option("steps", 3, "Optimizer steps a train case runs (and its reference holds).")
 
 
@@ -157,17 +160,12 @@ class TrainKind(Kind):
         seed weights and the whole batch (latents, conditions, every step's noise and sigmas)."""
         import torch
 
-        from harness.catalogue.zoo import get_spec
-        from harness.core import determinism
-        from harness.core.reference import reference_meta, reference_path, write_reference
+        from harness.core.reference import write_reference
         from harness.rank import training
 
-        spec = get_spec(model)
-        path = reference_path(root, spec.name, shape, self.name)
-        if path.exists() and not force:
+        spec, path, module = seeded_model(self.name, model, shape, root, force)
+        if module is None:
             return path, False
-        determinism.strict_fp32()
-        module = spec.build().to(torch.float32)
         seed_weights = {name: value.clone() for name, value in module.state_dict().items()}
         batch = training.make_batch(spec, shape, steps)
         trainer = training.Trainer(module, module, batch, steps, spec, None, torch.device("cpu"), training.Groups())
@@ -175,9 +173,8 @@ class TrainKind(Kind):
         extras = {"noise": batch.noise, "sigmas": batch.sigmas,
                   **{_GRAD + name: value for name, value in ran["gradients"].items()},
                   **{_FINAL + name: value for name, value in ran["weights"].items()}}
-        meta = reference_meta(spec.name, shape, self.name, spec.config, _recipe_hash(spec.config_hash()),
-                              **{"class": spec.class_name, "seed": spec.seed,
-                                 "train": {"steps": steps, "recipe": training.RECIPE, "batched": list(batch.batched)}})
+        meta = seeded_meta(spec, shape, self.name, _recipe_hash(spec.config_hash()),
+                           train={"steps": steps, "recipe": training.RECIPE, "batched": list(batch.batched)})
         inputs = {**batch.conditions, "hidden_states": batch.latents}
         # The weights after K AdamW steps reproduce within 9e-6 between two captures (AdamW turns the noise of a
         # near-zero gradient into a step of up to the learning rate): a recapture within 1e-4 keeps the file.
@@ -300,10 +297,13 @@ class TrainKind(Kind):
         found += per_subject("ranks_disagree", metrics["disagreement"], 0.0,
                              "the ranks disagree on {subject} (each rank trains its own copy) by", ">")
         limits = self._limits(metrics, policy, result.dtype)
-        figures = [GRAD.of(metrics["grad_err"], limits["grad_err"]), LOSS.of(metrics["loss_rel_err"],
-                                                                              limits["loss_rel"]),
-                   WORST.of(metrics["worst_param"]), WEIGHTS.of(metrics["weight_max_abs_err"], limits["weights"]),
-                   NONFINITE.of(nonfinite)]
+        derived = _derivations(policy, result.dtype)
+        figures = [GRAD.of(metrics["grad_err"], limits["grad_err"], derived["grad_err"],
+                           ideal=limits["grad_err"] / policy.budget_factor if limits["grad_err"] else None),
+                   LOSS.of(metrics["loss_rel_err"], limits["loss_rel"], derived["loss_rel"]),
+                   WORST.of(metrics["worst_param"]),
+                   WEIGHTS.of(metrics["weight_max_abs_err"], limits["weights"], derived["weights"]),
+                   NONFINITE.of(nonfinite), *_worst_gradient(metrics, limits, derived["params"])]
         if result.dtype == "fp32":
             found += self._judge_fp32(metrics, policy.limits, policy.exact)
         else:
@@ -383,6 +383,27 @@ class TrainKind(Kind):
 
 def _ratio(value: float, baseline: float) -> float:
     return value / baseline if baseline > 0 else (0.0 if value == 0 else float("inf"))
+
+
+def _derivations(policy: TrainPolicy, dtype: str) -> dict[str, str]:
+    """How each limit of `_limits` was derived, in words (the case says it beside the check it decided)."""
+    if dtype == "fp32":
+        return {"params": "fixed, grad_rel of train_limits", "loss_rel": "fixed, loss_rel of train_limits",
+                "weights": "fixed, weight_abs of train_limits", "grad_err": ""}
+    draw = f"the noisiest single-device {dtype} draw"
+    return {"params": f"{policy.noise_factor} x its gradient error in {draw} (train noise_factor)",
+            "loss_rel": f"{policy.noise_factor} x the loss error of {draw} (train noise_factor)",
+            "grad_err": f"{policy.budget_factor} x the gradient error of {draw} (budget_factor)", "weights": ""}
+
+
+def _worst_gradient(metrics: dict, limits: dict, derived: str) -> list[dict]:
+    """The parameter whose gradient error used most of its limit, as a figure (none where no parameter has one)."""
+    measured = [(name, error["rel_l2"], limits["params"].get(name)) for name, error in metrics["param_errors"].items()]
+    checked = [(name, value, limit) for name, value, limit in measured if limit is not None]
+    if not checked:
+        return []
+    name, value, limit = max(checked, key=lambda item: margin(item[1], item[2]))
+    return [WORST_GRAD.of(value, limit, derived, subject=name)]
 
 
 def _recipe_hash(config_hash: str) -> str:

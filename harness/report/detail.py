@@ -8,9 +8,14 @@ opened, from the embedded records: a full plan's page would otherwise carry thou
 
 from __future__ import annotations
 
+import re
 from html import escape
 from typing import Any
 from urllib.parse import quote, urlsplit
+
+ISSUE_ANCHOR = "issue-"  # the page's listing of known-issue entries: `#issue-12` for known_issues.toml #12
+# An http(s) address in escaped text: up to white space or an escaped quote or bracket, less trailing punctuation
+URL = re.compile(r"https?://(?:(?!&lt;|&gt;|&quot;|&#x27;)[^\s<>\"'])+?(?=[.,;:!?)\]]*(?:\s|&lt;|&gt;|&quot;|&#x27;|$))")
 
 
 def badge(status: str) -> str:
@@ -34,6 +39,19 @@ def outside_link(url: Any) -> str | None:
         return None
     parts = urlsplit(url.strip())
     return url.strip() if parts.scheme in ("http", "https") and parts.netloc else None
+
+
+def linked(text: str) -> str:
+    """`text` escaped, each http(s) address in it a link out of the page (a reason that names its upstream thread)."""
+    return URL.sub(lambda found: (f'<a class="out-link" href="{found.group(0)}" target="_blank" '
+                                  'rel="noopener noreferrer">'
+                                  f"{found.group(0)}</a>"), escape(text))
+
+
+def issue_anchor(key: str) -> str:
+    """Where the page lists a known-issue entry: `issue-` and its number in known_issues.toml ("" without one)."""
+    number = key.rpartition("#")[2].strip()
+    return ISSUE_ANCHOR + number if number.isdigit() else ""
 
 
 def cause_link(url: Any, text: str = "traced cause") -> str:

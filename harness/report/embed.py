@@ -8,8 +8,8 @@ thousands of XFAIL rows with the same few reasons and tracebacks. So:
   where the axes spell it (harness.report.axes);
 - each text field has its own string table in `s`: text that repeats in the field is written as its index there,
   text that occurs once inline (the page reads a number in a text field as an index, a string as the text);
-- a figure is [spec, value, limit, value/limit], its spec ([name, label, 1 for the cell's figure], the same in
-  every case of a kind) an index into `f`, its value, limit and ratio text written in Python
+- a figure is [spec, value, limit, the share of its limit used], its spec ([name, label, 1 for the cell's figure],
+  the same in every case of a kind) an index into `f`, its value, limit and ratio text written in Python
   (harness.core.figures.written), so the page formats no figure itself; a failed check is [check, subject, value,
   limit, known issue, the band it excuses], at most SHOWN_CHECKS of each check, then [check, "", "", "", "", "", how
   many more];
@@ -29,7 +29,7 @@ from typing import Any
 from harness.core.results import TEXT, CaseResult
 from harness.report import axes, pack
 from harness.report.data import ANCHOR, ATTENTION, BAD, STATUSES
-from harness.report.detail import outside_link
+from harness.report.detail import issue_anchor, outside_link
 
 _LEAD = ("status", "reason", "world_size")  # after the axes: what (nearly) every case has
 FIELDS = (*dict.fromkeys((*axes.names(), *_LEAD, *(f.name for f in fields(CaseResult)), "cell")),)
@@ -125,9 +125,11 @@ def _row(case: CaseResult, names: list[str], specs: Table, values: Table) -> lis
 
 
 def _entry(entry: dict[str, str]) -> dict[str, str]:
-    """A known-issue entry as the page shows it: its key, its title, and its link where a browser may follow it."""
-    return {"key": str(entry.get("key", "")), "title": str(entry.get("title", "")),
-            "link": outside_link(entry.get("link")) or ""}
+    """A known-issue entry as the page shows it: its key, its title, where the page lists it (`anchor`), and its
+    link and upstream thread where a browser may follow them."""
+    key = str(entry.get("key", ""))
+    return {"key": key, "title": str(entry.get("title", "")), "anchor": issue_anchor(key),
+            "link": outside_link(entry.get("link")) or "", "upstream": outside_link(entry.get("upstream")) or ""}
 
 
 def _trimmed(row: list[Any]) -> list[Any]:
@@ -137,14 +139,14 @@ def _trimmed(row: list[Any]) -> list[Any]:
 
 
 def _figure(figure: dict[str, Any], specs: Table) -> list[Any]:
-    """[spec, value, limit, value/limit] with the texts written as the figure's format writes them."""
+    """[spec, value, limit, share of the limit used] with the texts written as the figure's format writes them."""
     name = figure.get("name", "")
     spec = specs.index([name, figure.get("label") or name, 1 if figure.get("cell") else 0])
     limit = figure.get("limit")
     out = [spec, _Text.of("figures", pack.written(figure))]
     if limit is not None:
         out += [_Text.of("figures", pack.written({**figure, "value": limit})),
-                _Text.of("figures", pack.ratio(figure.get("value"), limit))]
+                _Text.of("figures", pack.ratio(figure))]
     return _trimmed(out)
 
 

@@ -23,19 +23,21 @@ from harness.report.coverage import coverage_section
 from harness.report.data import BAD, STATUSES, ordered_statuses, plain, status_counts, unique
 from harness.report.detail import badge
 from harness.report.embed import encode, script_tag
-from harness.report.sections import Lists, attention_section, group_section, split
+from harness.report.first_screen import no_coverage, setup_line, verdict
+from harness.report.sections import Lists, attention_section, group_section, issue_list, split
 
 __all__ = ["render_html", "render_page"]
 
 ALWAYS_COUNTED = (Status.PASS.value, Status.FAIL.value)  # a count button even at 0: a run with none says so
 ENV_KEYS = ("torch", "diffusers", "diffusers_commit", "python", "device")  # the environment's rows, in this order
-SCRIPTS = ("format.js", "charts.js", "detail.js", "matrix.js", "report.js")  # static/, in this order
+SCRIPTS = ("format.js", "charts.js", "detail.js", "matrix.js", "place.js", "report.js")  # static/, in this order
 # What a page is for, from `RunHeader.purpose` (harness.run.selftest sets "selftest"): a banner on how to read it.
 PURPOSES = {"selftest": "Selftest page: every case here carries a deliberate bug (a negative control), so FAIL is the "
                         "expected outcome; a PASS or an XPASS means a bug went unnoticed."}
 DIFFERS = ' class="differs"'
 NAV = (("failing", "Needs a look"), ("known-issues", "Known issues"), ("skipped", "Skipped"),
-       ("passing", "Passing"), ("matrix", "Matrix"), ("details", "Opened cases"), ("environment", "Environment"))
+       ("not-applicable", "Not applicable"), ("passing", "Passing"), ("matrix", "Matrix"), ("details", "Opened cases"),
+       ("environment", "Environment"))
 
 
 def render_html(report_dir: Path) -> Path:
@@ -56,8 +58,8 @@ def render_page(header: RunHeader, cases: list[CaseResult]) -> str:
     bad = sum(counts.get(status, 0) for status in BAD)
     title = f"Parity report: {len(cases)} cases, {bad} failing"
     body = "".join([
-        f"<header><h1>Parity report</h1><p class=\"sub\">{_run_line(header, cases)}</p>{_environment_line(header)}"
-        f"{_time(header)}{_nav()}</header>",
+        f"<header><h1>Parity report {verdict(header, counts)}</h1><p class=\"sub\">{_run_line(header, cases)}</p>"
+        f"{_environment_line(header)}{setup_line(header, cases)}{_time(header)}{_nav()}</header>",
         _incomplete_banner(header),
         _mismatch_banner(header),
         _purpose_banner(header),
@@ -67,9 +69,9 @@ def render_page(header: RunHeader, cases: list[CaseResult]) -> str:
         "JavaScript off, the lists below and matrix.csv beside this file still hold every case.</p></noscript>",
         attention_section(cases, lists.attention),
         '<section id="details" hidden><h2>Opened cases</h2><div id="opened"></div></section>',
-        _lists(lists, cases),
+        _lists(lists, cases, header),
         _matrix(cases),
-        coverage_section(header),
+        coverage_section(header) or no_coverage(),
         _environment(header, cases),
         script_tag(encode(cases, lists.groups())),
     ])
@@ -81,9 +83,11 @@ def _nav() -> str:
     return f'<nav class="jump" aria-label="sections">{links}</nav>'
 
 
-def _lists(lists: Lists, cases: list[CaseResult]) -> str:
-    return (group_section("known-issues", "Known issues (XFAIL)", lists.xfail, cases, "issue", "XFAIL")
+def _lists(lists: Lists, cases: list[CaseResult], header: RunHeader) -> str:
+    listing = issue_list(cases, list(header.known_issues_unmatched or []))
+    return (group_section("known-issues", "Known issues (XFAIL)", lists.xfail, cases, "issue", "XFAIL", listing)
             + group_section("skipped", "Skipped", lists.skip, cases, "reason", "SKIP")
+            + group_section("not-applicable", "Not applicable (N/A)", lists.not_applicable, cases, "reason", "N/A")
             + group_section("passing", "Passing", lists.passing, cases, "group", "PASS"))
 
 
@@ -102,7 +106,8 @@ def _environment_line(header: RunHeader) -> str:
     """What ran, in the first screen: torch, diffusers, python and the device, and whether the references came from
     the same diffusers (the Environment section at the end compares every row and holds the settings)."""
     env = header.environment or {}
-    parts = [f"<b>{escape(key)}</b> {escape(_text(env.get(key)))}" for key in ENV_KEYS if env.get(key)]
+    parts = [f"<b>{escape(key)}</b> {escape(_env_text(key, env.get(key)))}" for key in ENV_KEYS
+             if env.get(key) or key == "diffusers_commit" and env.get("diffusers")]
     if not parts:
         return ""
     parts.append(f'<a href="#environment">{escape(_reference_short(header))}</a>')
@@ -117,7 +122,8 @@ def _time(header: RunHeader) -> str:
     rows = "".join(f'<tr><th scope="row">{escape(name)}</th><td>{escape(plain(value, ".1f"))} s</td></tr>'
                    for name, value in breakdown.items() if name != "ratio to floor" and value is not None)
     ratio = breakdown.get("ratio to floor")
-    summary = f"Time: {plain(breakdown.get('wall'), '.0f')} s, {ratio}x the floor" if ratio else "Time"
+    summary = (f"Time: {plain(breakdown.get('wall'), '.0f')} s, {ratio} times the least this plan could take "
+               "(its launch start-ups and the cases' own time)") if ratio else "Time"
     return (f'<details class="settings"><summary>{escape(summary)}</summary><table class="env">{rows}</table>'
             "<p class=\"muted\">floor: launch start-ups plus the cases' own time (each case's run carries the proof's "
             "recording); the reports are written after this page is (results.json has their time)</p></details>")
@@ -153,7 +159,7 @@ def _environment(header: RunHeader, cases: list[CaseResult]) -> str:
         here, there = env.get(key), ref.get(key)
         differs = bool(ref) and key != "device" and there != here
         rows.append(f"<tr{DIFFERS if differs else ''}><th scope=\"row\">{escape(key)}</th>"
-                    f"<td>{escape(_text(here))}</td><td>{escape(_text(there))}</td></tr>")
+                    f"<td>{escape(_env_text(key, here))}</td><td>{escape(_env_text(key, there))}</td></tr>")
     sizes = ", ".join(str(size) for size in sorted({int(c.world_size or 1) for c in cases}))
     rows.append(f'<tr><th scope="row">world sizes</th><td>{escape(sizes or "-")}</td><td></td></tr>')
     return (
@@ -179,6 +185,11 @@ def _reference_short(header: RunHeader) -> str:
         return "no reference metadata"
     same = "differs, see above" if header.version_mismatch else "the same"
     return f"references: diffusers {_text(ref.get('diffusers'))} ({same})"
+
+
+def _env_text(key: str, value: Any) -> str:
+    """An environment row's value; no diffusers commit means diffusers came from a release wheel."""
+    return "release wheel" if key == "diffusers_commit" and value in (None, "") else _text(value)
 
 
 def _text(value: Any) -> str:
@@ -215,9 +226,11 @@ def _filters(cases: list[CaseResult]) -> str:
     return (
         '<form id="filters" role="search" aria-label="filter cases">'
         + "".join(selects)
-        + '<label><input type="checkbox" name="failures"> failures only</label>'
-        '<label title="matrix rows and columns in which every case is SKIP"><input type="checkbox" name="skips"> '
-        "all-SKIP matrix rows</label>"
+        + '<label>search <input type="search" name="q" placeholder="case id or known issue" size="22" '
+        'title="a part of a case id, or of a known issue\'s title, key or globs"></label>'
+        '<label><input type="checkbox" name="failures"> failures only</label>'
+        '<label title="matrix rows and columns in which every case is SKIP or N/A"><input type="checkbox" '
+        'name="skips"> all-SKIP matrix rows</label>'
         '<button type="reset">clear</button>'
         '<span id="shown-count" aria-live="polite">'
         f'{len(cases)} cases</span><span class="nojs muted">(filters need JavaScript)</span></form>'
@@ -249,27 +262,29 @@ def _matrix(cases: list[CaseResult]) -> str:
         f'{"" if len(order) == 1 else "s"}, {len(failing)} with failures)</h2>'
         f'<div class="legend">{legend}<span class="muted">rows {escape(" x ".join(layout["row"]))}, columns '
         f'{escape(" x ".join(layout["column"]))}; cell: status, then the case\'s key figure; hover for the reason, '
-        "click or Enter for details, arrow keys move between cells. Rows and columns in which every case is SKIP "
-        f"are left out unless asked for above.</span></div>{_cell_legend(cases)}{sections}"
+        "click or Enter for details, arrow keys move between cells. Rows and columns in which every case is SKIP or "
+        f"N/A are left out unless asked for above.</span></div>{_cell_legend(cases)}{sections}"
         '<p class="none no-match" hidden>No case matches the filters.</p></section>'
     )
 
 
 def _section(value: str, statuses: list[str], open_: bool) -> str:
     tally = {status: statuses.count(status) for status in ordered_statuses(statuses)}
-    counts = " ".join(f'<span class="badge s-{escape(s)}">{n} {escape(s)}</span>' for s, n in tally.items())
+    counts = " ".join(f'<span class="badge s-{escape(s)}" data-status="{escape(s)}" data-total="{n}">{n} {escape(s)}'
+                      "</span>" for s, n in tally.items())
     return (f'<details class="section" data-section="{escape(value)}"{" open" if open_ else ""}><summary>'
-            f'<b class="section-name">{escape(value)}</b> <span class="muted">{len(statuses)} cases</span> {counts}'
+            f'<b class="section-name">{escape(value)}</b> <span class="muted section-count" '
+            f'data-total="{len(statuses)}">{len(statuses)} cases</span> <span class="section-tally">{counts}</span>'
             '</summary><div class="section-body"></div></details>')
 
 
 def _cell_legend(cases: list[CaseResult]) -> str:
-    """What the figure under a cell's status is: each figure the cases' cells write (the one a kind declares with a
-    cell format), by its label, with a cell it wrote (a non-zero one where there is) and the kinds whose cases write
-    it, all read from the cases."""
+    """What the figure under a cell's status is: each check that decided a case (its margin to its limit), else the
+    key figure a kind declares with a cell format, by its label, with a cell it wrote (a non-zero one where there
+    is) and the kinds whose cases write it, all read from the cases."""
     found: dict[tuple[str, str], list] = {}
     for case in cases:
-        figure = cell_figure(case.figures)
+        figure = case.deciding or cell_figure(case.figures)
         if figure is None:
             continue
         key = (str(figure.get("name", "")), str(figure.get("label") or figure.get("name", "")))
@@ -285,5 +300,6 @@ def _cell_legend(cases: list[CaseResult]) -> str:
         f'<span class="cell-label">{escape(label)}</span> <span class="muted">({escape(", ".join(kinds))} '
         "cases)</span></li>"
         for (name, label), (example, _, kinds) in found.items())
-    return (f'<div class="cell-legend" id="cell-legend"><span>Under a cell\'s status, its case\'s key figure:'
-            f"</span><ul>{items}</ul></div>")
+    return (f'<div class="cell-legend" id="cell-legend"><span>Under a cell\'s status, the check that decided its case '
+            f"and the share of its limit it used (1.00x: at the limit), else its key "
+            f"figure:</span><ul>{items}</ul></div>")

@@ -2,8 +2,9 @@
 
 The worker writes reference, candidate, 10x difference and SSIM-map PNGs for every image case; on the full plan
 that is thousands of files nobody opens whole for a passing case. After a case is judged, `prune_images` keeps them
-all when the case failed (FAIL, ERROR, TIMEOUT) or the policy is "all"; otherwise it keeps the three a reviewer
-compares (pytest-mpl's summary shows them for every test): the reference, the candidate and the difference, each
+all when the case failed (FAIL, ERROR, TIMEOUT) or the policy is "all"; otherwise it keeps those a reviewer
+compares (pytest-mpl's summary shows them for every test): the reference, the picture the parity check compares
+with where that is another one (low precision's own single-device picture), the candidate and the difference, each
 shrunk to fit PREVIEW_BOX and named after its pixels, so the identical pictures of many passing cases (one reference
 per model, the black difference of every exact layout) share one file. The difference is shrunk by the largest value
 of each block, so a pixel that differs stays as bright as it was. What is kept becomes an images block with a note
@@ -22,12 +23,12 @@ from harness.core.results import CaseResult
 
 POLICIES = ("failing", "all")  # the `images` option's values (harness.run.settings)
 PREVIEW_BOX = (96, 32)  # most width, height of a preview: a 64x64 picture -> 32x32, a 5-frame strip -> 80x16
-PREVIEW_ROLES = ("reference", "candidate", "diff")  # kept, in this order, of a case that did not fail
+PREVIEW_ROLES = ("reference", "baseline", "candidate", "diff")  # kept, in this order, of a case that did not fail
 BRIGHTEST = "diff"  # the role shrunk by each block's largest value rather than its mean
 TITLE = "Images (previews)"
-NOTE = (f"Shrunk to fit {PREVIEW_BOX[0]} \u00d7 {PREVIEW_BOX[1]} pixels, as for every case that did not fail; the "
-        "difference keeps each block's largest value, so a pixel that differs stays visible (--images all keeps "
-        "every picture whole).")
+NOTE = ("{size}, as for every case that did not fail: previews no larger than " f"{PREVIEW_BOX[0]} \u00d7 "
+        f"{PREVIEW_BOX[1]} pixels; the difference keeps each block's largest value, so a pixel that differs stays "
+        "visible (--images all keeps every picture whole).")
 
 
 def prune_images(result: CaseResult, images_dir: Path, policy: str = "failing") -> None:
@@ -44,26 +45,29 @@ def prune_images(result: CaseResult, images_dir: Path, policy: str = "failing") 
     blocks = result.extra.get("blocks") if isinstance(result.extra.get("blocks"), list) else []
     for block in blocks:
         if isinstance(block, dict) and block.get("type") == "images" and isinstance(block.get("images"), dict):
-            if _prune(block, images_dir):
-                block["note"] = NOTE
+            if note := _prune(block, images_dir):
+                block["note"] = note
     if isinstance(result.extra.get("images"), dict):
         own = {"images": result.extra.pop("images")}
-        if _prune(own, images_dir):
-            blocks = [{**images(TITLE, own["images"]), "note": NOTE}, *blocks]
+        if note := _prune(own, images_dir):
+            blocks = [{**images(TITLE, own["images"]), "note": note}, *blocks]
     kept = [block for block in blocks if not (isinstance(block, dict) and block.get("type") == "images" and
                                               "images" not in block)]
     if kept or "blocks" in result.extra:
         result.extra["blocks"] = kept
 
 
-def _prune(holder: dict, images_dir: Path) -> bool:
-    """`holder["images"]` (role -> path) down to the previews of PREVIEW_ROLES, or gone without a candidate; whether
-    any is left."""
+def _prune(holder: dict, images_dir: Path) -> str:
+    """`holder["images"]` (role -> path) down to the previews of PREVIEW_ROLES, or gone without a candidate; the
+    note that says how they were shrunk ("" when none is left)."""
     files = {role: images_dir / PurePosixPath(str(path)).name for role, path in holder["images"].items()}
     candidate = files.get("candidate")
     kept: dict[str, Path] = {}
+    note = ""
     if candidate is not None and candidate.is_file():
-        factor = _factor(candidate)
+        size = _size(candidate)
+        factor = _factor(size)
+        note = NOTE.format(size=_sizes(size, factor))
         kept = {role: _preview(files[role], factor, role == BRIGHTEST, images_dir) for role in PREVIEW_ROLES
                 if role in files and files[role].is_file()}
     for path in files.values():
@@ -71,18 +75,30 @@ def _prune(holder: dict, images_dir: Path) -> bool:
             path.unlink(missing_ok=True)
     if not kept:
         holder.pop("images")
-        return False
+        return ""
     holder["images"] = {role: f"{images_dir.name}/{path.name}" for role, path in kept.items()}
-    return True
+    return note
 
 
-def _factor(candidate: Path) -> int:
-    """The whole number each side is divided by to fit PREVIEW_BOX (1: it fits; a picture is never enlarged)."""
+def _size(candidate: Path) -> tuple[int, int]:
     from PIL import Image
 
     with Image.open(candidate) as picture:
-        width, height = picture.size
-    return max(1, math.ceil(width / PREVIEW_BOX[0]), math.ceil(height / PREVIEW_BOX[1]))
+        return picture.size
+
+
+def _factor(size: tuple[int, int]) -> int:
+    """The whole number each side is divided by to fit PREVIEW_BOX (1: it fits; a picture is never enlarged)."""
+    return max(1, math.ceil(size[0] / PREVIEW_BOX[0]), math.ceil(size[1] / PREVIEW_BOX[1]))
+
+
+def _sizes(size: tuple[int, int], factor: int) -> str:
+    """What the note says of the sizes: the pictures' own and their previews' (the same when they fit)."""
+    width, height = size
+    if factor == 1:
+        return f"Kept at their own {width} \u00d7 {height} pixels"
+    return (f"Shrunk from {width} \u00d7 {height} to {math.ceil(width / factor)} \u00d7 {math.ceil(height / factor)} "
+            f"pixels (each side divided by {factor})")
 
 
 def _preview(path: Path, factor: int, brightest: bool, images_dir: Path) -> Path:

@@ -23,6 +23,7 @@ from harness.report.idsets import describe
 # Around the figures, which are each kind's own (a column per figure name, in the kinds' order: harness.core.figures).
 _FIRST = ["case_id", "model", "shape", "kind", "layout", "world_size", "backend", "dtype"]
 LEADING = [*_FIRST, *(name for name in axes.NAMES if name not in _FIRST), "status"]  # an axis added later: its column
+DECIDING = ["deciding", "deciding_margin"]  # the deciding check in words, and how much of its limit it used
 TRAILING = ["first_divergence", "dispatched", "kernels", "comms", "reason", "seconds", "peak_mem_mb"]
 WIDTH = 120  # terminal columns every line of `terminal()` fits in
 _INDEX_MAX, _CELL_MAX = 40, 24  # caps that keep one label plus one cell under WIDTH whatever the names
@@ -31,8 +32,8 @@ _REASON_LINES = 4  # terminal lines of a failing case's reason
 
 
 def csv_columns(results: list[CaseResult]) -> list[str]:
-    """The leading columns, one per figure any case has, then the trailing ones."""
-    return [*LEADING, *figures.columns(results), *TRAILING]
+    """The leading columns, the deciding check, one per figure any case has, then the trailing ones."""
+    return [*LEADING, *DECIDING, *figures.columns(results), *TRAILING]
 
 
 def to_frame(results: list[CaseResult]) -> pd.DataFrame:
@@ -40,6 +41,8 @@ def to_frame(results: list[CaseResult]) -> pd.DataFrame:
     for result in results:
         row = result.to_dict()
         row.update({figure["name"]: row_value(figure) for figure in row["figures"]})
+        decided = result.deciding or {}
+        row.update(deciding=decided.get("text"), deciding_margin=decided.get("margin"))
         rows.append({column: row.get(column) for column in columns})
     return pd.DataFrame(rows, columns=columns)
 
@@ -109,8 +112,8 @@ def _row(result: CaseResult) -> str:
 def terminal(results: list[CaseResult], width: int = WIDTH, page: str | None = None) -> str:
     """One block per model (rows layout/backend, columns dtype and kind), columns wrapped to `width`; then every
     failing case with its reason (wrapped) and, given the report `page`, the link that opens it there; then the
-    counts. SKIP cases stay out of the grid unless nothing else ran."""
-    shown = [r for r in results if r.status is not Status.SKIP] or results
+    counts. SKIP and N/A cases stay out of the grid unless nothing else ran."""
+    shown = [r for r in results if r.status.ran] or results
     lines: list[str] = []
     everything = _by(results, lambda r: r.model)
     for model, group in _by(shown, lambda r: r.model).items():
@@ -215,16 +218,18 @@ def markdown(results: list[CaseResult], header_lines: list[str] = ()) -> str:
             lines.append(f"| {_md(model, 60)} | {len(group)} | " + " | ".join(row) + " |")
     failing = [r for r in results if r.status.needs_a_look]
     if failing:
-        lines += ["", f"### Failing ({len(failing)})", "", "| case | status | reason | first divergence |",
-                  "|---|---|---|---|"]
-        lines += [f"| `{r.case_id}` | **{r.status.value}** | {_md(r.reason)} | {_md(r.first_divergence or '')} |"
-                  for r in failing]
+        lines += ["", f"### Failing ({len(failing)})", "", "| case | status | deciding check | reason | "
+                  "first divergence |", "|---|---|---|---|---|"]
+        lines += [f"| `{r.case_id}` | **{r.status.value}** | {_md((r.deciding or {}).get('text', ''))} | "
+                  f"{_md(r.reason)} | {_md(r.first_divergence or '')} |" for r in failing]
     lines += _grouped_table("Known issues (XFAIL), by issue", [r for r in results if r.status is Status.XFAIL],
                             _known_issue)
     lines += _grouped_table("Passing with a note", [r for r in results if r.status is Status.PASS and r.reason],
                             lambda r: r.reason)
     lines += _grouped_table("Skipped, by reason", [r for r in results if r.status is Status.SKIP],
                             lambda r: r.reason)
+    lines += _grouped_table("Not applicable (N/A: the combination cannot exist), by reason",
+                            [r for r in results if r.status is Status.NOT_APPLICABLE], lambda r: r.reason)
     lines += ["", "Every case with its numbers, errors, tracebacks, kernels and images: `index.html` beside this "
               "file; one row per case: `matrix.csv`."]
     return "\n".join(lines) + "\n"

@@ -8,12 +8,13 @@ group is titled by the known-issue entries that excused its cases, each linked t
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from html import escape
 
 from harness.core.results import CaseResult, Status
 from harness.report.data import ATTENTION, anchor, issue_of
-from harness.report.detail import badge, cause_link
+from harness.report.detail import badge, cause_link, issue_anchor, linked
 from harness.report.idsets import compact
 
 PATTERN_CHARS = 1200  # past this many characters of id patterns a group says how many more there are
@@ -40,30 +41,34 @@ class Lists:
     xfail: list[Group]
     skip: list[Group]
     passing: list[Group]
+    not_applicable: list[Group]
 
     def groups(self) -> dict[str, list[int]]:
-        return {group.key: group.members for group in (*self.xfail, *self.skip, *self.passing)}
+        every = (*self.xfail, *self.skip, *self.passing, *self.not_applicable)
+        return {group.key: group.members for group in every}
 
 
 def split(cases: list[CaseResult]) -> Lists:
     """Failing and XPASS cases first (in that order of status, then plan order); XFAIL by the known issues that
-    excused it (or the expected refusal), SKIP by reason, PASS with a note by note, plain PASS by model; the biggest
-    group first."""
+    excused it (or the expected refusal), SKIP and N/A by reason, PASS with a note by note, plain PASS by model; the
+    biggest group first."""
     attention = sorted((i for i, case in enumerate(cases) if case.status.needs_a_look),
                        key=lambda i: ATTENTION.index(cases[i].status.value))
-    xfail, skip, noted, plain = {}, {}, {}, {}
+    xfail, skip, noted, plain, absent = {}, {}, {}, {}, {}
     for i, case in enumerate(cases):
         if case.status is Status.XFAIL:
             xfail.setdefault(_issues(case), []).append(i)
         elif case.status is Status.SKIP:
             skip.setdefault(case.reason, []).append(i)
+        elif case.status is Status.NOT_APPLICABLE:
+            absent.setdefault(case.reason, []).append(i)
         elif case.status is Status.PASS and case.reason:
             noted.setdefault(case.reason, []).append(i)
         elif case.status is Status.PASS:
             plain.setdefault(f"{case.model}: passing", []).append(i)
     known = [_known(group, cases) for group in _groups("x", xfail)]
     passing = _groups("n", noted) + _groups("p", plain, by_size=False)
-    return Lists(attention, known, _groups("k", skip), passing)
+    return Lists(attention, known, _groups("k", skip), passing, _groups("a", absent))
 
 
 def _issues(case: CaseResult) -> str:
@@ -109,25 +114,26 @@ def case_row(case: CaseResult, index: int) -> str:
     return (f'<tr class="case-row" data-i="{index}"><td>{badge(case.status.value)}</td>'
             f'<td><a class="case-link" href="#{escape(anchor(case.case_id))}"><code>{escape(case.case_id)}'
             f'</code></a></td><td class="n">{escape(case.cell)}</td>'
-            f'<td><div class="reason-cell">{escape(case.reason)}</div></td></tr>')
+            f'<td><div class="reason-cell">{linked(case.reason)}</div></td></tr>')
 
 
 def group_section(section_id: str, title: str, groups: list[Group], cases: list[CaseResult], what: str,
-                  status: str) -> str:
-    """A heading with totals, then one closed <details> per group: count, reason, id patterns; rows on opening."""
+                  status: str, tail: str = "") -> str:
+    """A heading with totals, then one closed <details> per group: count, reason, id patterns; rows on opening;
+    then `tail`."""
     total = sum(len(group.members) for group in groups)
     heading = (f"<h2>{escape(title)} ({total} case{'' if total == 1 else 's'}, {len(groups)} {what}"
                f"{'' if len(groups) == 1 else 's'})</h2>")
     if not groups:
-        return f'<section id="{section_id}">{heading}<p class="none">None.</p></section>'
+        return f'<section id="{section_id}">{heading}<p class="none">None.</p>{tail}</section>'
     body = "".join(_group(group, cases, status) for group in groups)
     return (f'<section id="{section_id}">{heading}{body}'
-            '<p class="none no-match" hidden>No case here matches the filters.</p></section>')
+            f'<p class="none no-match" hidden>No case here matches the filters.</p>{tail}</section>')
 
 
 def _group(group: Group, cases: list[CaseResult], status: str) -> str:
     count = len(group.members)
-    cause = f'<p class="cause">{escape(group.cause)}</p>' if group.cause else ""
+    cause = f'<p class="cause">{linked(group.cause)}</p>' if group.cause else ""
     return (
         f'<details class="group s-{status}" data-group="{group.key}"><summary><b class="n">{count}</b> '
         f'<span class="why">{escape(group.title or "(no reason given)")}</span>{_entries(group.entries)}</summary>'
@@ -137,9 +143,62 @@ def _group(group: Group, cases: list[CaseResult], status: str) -> str:
 
 
 def _entries(entries: list[dict[str, str]]) -> str:
-    """Each known-issue entry's traced cause and where it is listed, after the group's title."""
-    return "".join(f' <span class="entry">{cause_link(entry.get("link", ""))}<span class="muted">'
-                   f'{escape(entry.get("key", ""))}</span></span>' for entry in entries)
+    """Each known-issue entry's traced cause, its upstream thread and where it is listed, after the group's title."""
+    return "".join(f' <span class="entry">{cause_link(entry.get("link", ""))}'
+                   f'{cause_link(entry.get("upstream", ""), "upstream")}{entry_key(entry.get("key", ""))}</span>'
+                   for entry in entries)
+
+
+def entry_key(key: str) -> str:
+    """`known_issues.toml #12` as a link to the page's listing of that entry."""
+    target = issue_anchor(key)
+    text = escape(key)
+    return f'<a class="entry-key muted" href="#{target}">{text}</a>' if target else f'<span class="muted">{text}</span>'
+
+
+def issue_list(cases: list[CaseResult], unmatched: list[str]) -> str:
+    """Every known-issue entry this run met, by key, with its links and how many cases it excused or names; then,
+    as pytest lists the xfails nothing hit, the entries that matched no case (they excuse nothing here)."""
+    met: dict[str, list] = {}
+    for case in cases:
+        for entry in case.known_issues:
+            met.setdefault(entry.get("key", ""), [entry, 0])[1] += 1
+    rows = "".join(
+        f'<li id="{issue_anchor(key)}" class="issue-entry"><b>{escape(key)}</b> {escape(entry.get("title", ""))} '
+        f'{cause_link(entry.get("link", ""))} {cause_link(entry.get("upstream", ""), "upstream")} '
+        f'<span class="muted">({count} case{"" if count == 1 else "s"})</span></li>'
+        for key, (entry, count) in sorted(met.items(), key=lambda item: _number(item[0])))
+    listed = f'<ul class="issue-list">{rows}</ul>' if rows else '<p class="none">No entry applied to this run.</p>'
+    return (f'<h3 id="issue-entries">Known-issue entries met ({len(met)})</h3>{listed}'
+            f'<h3 id="issue-unmatched">Entries that matched no case ({len(unmatched)})</h3>{_unmatched(unmatched)}')
+
+
+def _unmatched(unmatched: list[str]) -> str:
+    if not unmatched:
+        return '<p class="none">Every entry of this release matched a case of this run.</p>'
+    items = "".join(f'<li id="{issue_anchor(key)}" class="issue-unmatched"><b>{escape(key)}</b> <code>'
+                    f"{escape(match)}</code></li>" for key, match in map(split_unmatched, unmatched))
+    return ('<p class="muted">Like the xfails pytest lists as unused: these entries of known_issues.toml excused '
+            f'nothing in this run (its plan may not reach them, or they no longer apply).</p><ul class="unmatched">'
+            f"{items}</ul>")
+
+
+def split_unmatched(text: str) -> tuple[str, str]:
+    """results.json's `known_issues_unmatched` item ("known_issues.toml #12 <glob or tuple of globs>") as its key
+    and its globs, a tuple written as a plain list."""
+    head, sep, rest = text.partition("#")
+    number, _, match = rest.partition(" ")
+    if match.startswith("("):
+        try:
+            match = ", ".join(map(str, ast.literal_eval(match)))
+        except (ValueError, SyntaxError):
+            pass  # not a tuple after all: shown as written
+    return (f"{head}#{number}", match) if sep else (text, "")
+
+
+def _number(key: str) -> tuple[int, str]:
+    tail = key.rpartition("#")[2]
+    return (int(tail) if tail.isdigit() else 1 << 30, key)
 
 
 def patterns(case_ids: list[str]) -> str:

@@ -1,9 +1,10 @@
 """The checkpoint folders the checkpoint loads read (harness.loads), written once per run by the parent.
 
 Every rank of every launch loads from the same folders with `from_pretrained`, so they are written here, before the
-first launch, in the run's work folder (`<report_dir>/work/checkpoints`, emptied with it when the run starts): one per
-reference a planned case loads from, the reference's own weights as diffusers' `save_pretrained` writes them
-(safetensors, sharded across several files with an index, harness.rank.loading.MAX_SHARD_SIZE), never per case.
+first launch, in the run's work files (`<report_dir>.work/launches/checkpoints`, emptied with them when a run
+starts): one per reference a planned case loads from, the reference's own weights as diffusers' `save_pretrained`
+writes them (safetensors, sharded across several files with an index, harness.rank.loading.MAX_SHARD_SIZE), never
+per case.
 """
 
 from __future__ import annotations

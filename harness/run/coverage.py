@@ -16,7 +16,7 @@ from harness.catalogue.coverage import reasons, scope
 from harness.core import axes
 from harness.core.coverage import CoverageReport, FunctionCoverage, ModuleCoverage
 from harness.core.errors import HarnessError
-from harness.core.results import CaseResult, Status
+from harness.core.results import CaseResult
 
 FOLDER = "coverage"  # under the run's work folder
 SOURCE = "https://github.com/huggingface/diffusers/blob/{ref}/src/diffusers/{key}"
@@ -88,7 +88,7 @@ def plan_facts(results: list[CaseResult]) -> reasons.Facts:
     from harness.rank import backends, cpu
 
     cases = [{name: str(getattr(result, name)) for name in axes.NAMES} for result in results
-             if result.status is not Status.SKIP]
+             if result.status.ran]
     names = {getattr(key, "value", str(key)): inspect.unwrap(function).__name__
              for key, function in backends.registry()._backends.items()}
     replaced = {f"{_key(module)}:{name}": why for (module, name), why in cpu.replaced().items()}

@@ -1,7 +1,8 @@
 """Known failures, listed with their reason and link: each entry excuses the evidence it names, nothing more.
 
 The file is TOML, one `[[issue]]` table per entry: its `title` (a few words a view names it by), its `reason` (the
-traced cause in words) and its `link` (where the cause is: the line of diffusers or torch, or the upstream issue).
+traced cause in words), its `link` (where the cause is: the line of diffusers or torch, or the upstream issue) and,
+where diffusers has one, its `upstream` (the issue or pull request that discusses it, linked from the report).
 `match` is a glob (or a list) over case ids, and `diffusers` (a
 PEP 440 range such as ">=0.37,<0.40") limits the entry to the releases that have the issue. A glob matches a case's
 id with or without its mode (harness.core.modes): an issue of diffusers is the same compiled, and its evidence must
@@ -33,7 +34,8 @@ from harness.core.evidence import Evidence
 from harness.core.modes import MODES, eager_id
 from harness.loads import LOADS, enable_id
 
-_KEYS = {"match", "title", "reason", "link", "error_contains", "diffusers", "status", "evidence", "modes", "loads"}
+_KEYS = {"match", "title", "reason", "link", "upstream", "error_contains", "diffusers", "status", "evidence", "modes",
+         "loads"}
 _EXCUSE_KEYS = {"subjects", "band", "contains"}
 
 
@@ -72,6 +74,7 @@ class KnownIssue:
     loads: tuple[str, ...] = ()  # the loads it is about (harness.loads); empty: every load
     key: str = ""  # where the entry is ("known_issues.toml #3"), to name it in results and warnings
     title: str = ""  # a few words that name it; empty: the first clause of its reason
+    upstream: str = ""  # the upstream issue or pull request about it, where there is one
 
     def applies(self, case_id: str, version: str | None = None) -> bool:
         """Whether the entry is about this case: its id (one glob or a list) and, if it names a range, the installed
@@ -122,7 +125,8 @@ class KnownIssue:
 
     def reference(self) -> dict[str, str]:
         """What a result keeps of the entry (CaseResult.known_issues): where it is, its name, its traced cause."""
-        return {"key": self.key, "title": self.heading, "link": self.link}
+        found = {"key": self.key, "title": self.heading, "link": self.link}
+        return {**found, "upstream": self.upstream} if self.upstream else found
 
     def band(self, item: Evidence) -> tuple[float, float] | None:
         """The measured band this entry excuses `item`'s figure in (None: an error, or a check without a band)."""
@@ -163,9 +167,11 @@ def _issue(path: Path, index: int, entry: dict) -> KnownIssue:
         raise HarnessError(f"{where}: 'loads' must be a list of loads, e.g. [\"pretrained\"]; valid loads: "
                            f"{', '.join(LOADS)}")
     fields["loads"] = tuple(loads)
-    for key in ("title", "reason", "link", "diffusers", "status"):
+    for key in ("title", "reason", "link", "upstream", "diffusers", "status"):
         if not isinstance(fields.get(key, ""), str):
             raise HarnessError(f"{where}: '{key}' must be a string")
+    if not str(fields.get("upstream", "https://")).startswith("https://"):
+        raise HarnessError(f"{where}: 'upstream' must be the https:// address of the upstream issue or pull request")
     status = fields.setdefault("status", "FAIL" if "evidence" in fields else "ERROR")
     if status == "ERROR":
         if "evidence" in fields:

@@ -2,8 +2,10 @@
 
 Two runs in one folder read each other's rank events and pids, interleave their files and remove each other's work
 folder (found when the README's two commands were started side by side in one checkout). A run holds an exclusive
-`flock` on `<report_dir>/run.lock` for as long as it lives; the kernel lets go when the process ends, however it
-ends, so a killed run never leaves a stale lock. The file also says who holds it, for the refusal's one line.
+`flock` on the folder's `run.lock` for as long as it lives; the kernel lets go when the process ends, however it
+ends, so a killed run never leaves a stale lock. The file also says who holds it, for the refusal's one line. It
+lives in the folder's work folder (`<report_dir>.work/run.lock`, harness.run.folders), never in the report folder a
+CI job uploads; the lock guards both, and so the folder's own Inductor cache has one writer.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harness.core.errors import HarnessError
+from harness.run.folders import work_folder
 
 LOCK_FILE = "run.lock"
 _HELD: set[Path] = set()  # the folders this process holds
@@ -31,16 +34,18 @@ class FolderBusy(HarnessError):
 
 @contextlib.contextmanager
 def report_folder_lock(folder: Path, command: list[str] | None = None) -> Iterator[Path]:
-    """Hold `folder` (created if missing) for this run; refuse at once, naming the holder, when another run has it.
-    A folder made here and left empty by a run that failed is removed again. Re-entrant within one process (the CLI
-    takes the folder before it plans, the runner again when it runs)."""
+    """Hold `folder` (created if missing, with its work folder) for this run; refuse at once, naming the holder, when
+    another run has it. Folders made here and left empty by a run that failed are removed again. Re-entrant within
+    one process (the CLI takes the folder before it plans, the runner again when it runs)."""
     folder = Path(folder).resolve()
+    work = work_folder(folder)
+    path = work / LOCK_FILE
     if folder in _HELD:
-        yield folder / LOCK_FILE
+        yield path
         return
-    made = not folder.exists()
+    made = [each for each in (folder, work) if not each.exists()]
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / LOCK_FILE
+    work.mkdir(parents=True, exist_ok=True)
     handle = _locked(folder, path)
     try:
         handle.seek(0)
@@ -51,8 +56,8 @@ def report_folder_lock(folder: Path, command: list[str] | None = None) -> Iterat
         _HELD.add(folder)
         yield path
     except BaseException:
-        if made:
-            _remove_if_empty(folder, path)  # still held: a run that opened the file meanwhile retries (`_locked`)
+        for each in made:  # still held: a run that opened the file meanwhile retries (`_locked`)
+            _remove_if_empty(each, path)
         raise
     finally:
         _HELD.discard(folder)
@@ -60,10 +65,11 @@ def report_folder_lock(folder: Path, command: list[str] | None = None) -> Iterat
 
 
 def _remove_if_empty(folder: Path, lock: Path) -> None:
+    """Remove `folder` when nothing is in it but (for the work folder) the lock."""
     try:
-        if [entry.name for entry in folder.iterdir()] == [lock.name]:
+        if folder == lock.parent and [entry.name for entry in folder.iterdir()] == [lock.name]:
             lock.unlink()
-            folder.rmdir()
+        folder.rmdir()  # refused unless empty: then it stays
     except OSError:
         pass
 
@@ -82,14 +88,14 @@ def _locked(folder: Path, path: Path):
             if os.stat(path).st_ino == os.fstat(handle.fileno()).st_ino:
                 return handle
         except FileNotFoundError:
-            folder.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
         handle.close()
 
 
 def holder(folder: Path) -> dict | None:
     """Who holds (or last held) `folder`'s lock, as it wrote itself down; None when unreadable."""
     try:
-        return json.loads((Path(folder) / LOCK_FILE).read_text())
+        return json.loads((work_folder(Path(folder).resolve()) / LOCK_FILE).read_text())
     except (OSError, ValueError):
         return None
 

@@ -1,6 +1,6 @@
 """Several nodes, one judge: the files through which node 0 (which plans, launches and judges) and the agents of
-nodes 1..N-1 (which only run ranks) work together. They live in the run's work folder (`<report_dir>/work`), which
-must be on a filesystem every node shares at the same path, like the references.
+nodes 1..N-1 (which only run ranks) work together. They live in the run's work files (`<report_dir>.work/launches`,
+harness.run.folders), which must be on a filesystem every node shares at the same path, like the references.
 
     run.json, judge.beat, run.ended     node 0: the run exists, is alive (a counter, every second), is over
     <launch>/launch.json                node 0: start your share of this launch (nodes, ranks, rendezvous id)
@@ -32,7 +32,6 @@ from harness.run.launchers import node_env
 from harness.run.procs import POLL_S
 from harness.run.tail import LineTail
 
-WORKDIR = "work"  # under --report-dir: the launches' files, shared by every node
 STATUS_S = 0.5  # how often a node's agent writes its status
 SETTLE_S = 2 * STATUS_S  # node 0 waits this long for the other nodes' word before it blames a rank
 NODE_SILENT_S = 15.0  # a node whose status stops changing this long is gone (its agent died, or the node did)

@@ -1,4 +1,6 @@
-"""The plan: models x shapes x layouts x backends x dtypes, with what cannot run here decided up front (SKIP)."""
+"""The plan: models x shapes x layouts x backends x dtypes, with what cannot run decided up front: SKIP where it could
+run elsewhere (CUDA only, a package missing, too many ranks), N/A where the combination cannot exist (a `NotApplicable`
+reason: harness.core.applicability)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from harness.catalogue import predictions
 from harness.catalogue.predictions import Refusal
 from harness.catalogue.zoo import SPECS, get_spec
 from harness.core import axes, compat
+from harness.core.applicability import NotApplicable
 from harness.core.dtypes import torch_dtype
 from harness.core.errors import HarnessError
 from harness.core.layouts import Layout, parse_layout
@@ -29,7 +32,7 @@ from harness.run.launchers import Capacity
 @dataclass(frozen=True)
 class PlannedCase:
     case: Case
-    skip_reason: str | None = None
+    skip_reason: str | None = None  # a `NotApplicable` one makes the case N/A, any other SKIP
     expected_refusal: Refusal | None = None  # the case runs, and diffusers refusing it with this text is XFAIL
     plan_error: str | None = None  # known before launch to be broken (a probe that must succeed failed): ERROR
 
@@ -44,7 +47,8 @@ def max_ranks(cpu_max_ranks: int, nnodes: int = 1, gpus_per_node: int = 0) -> Ca
 
 
 def skip_reason(case: Case, rank_limit: int | Capacity) -> str | None:
-    """Why this case cannot or must not run here, decided before anything launches; None if it runs."""
+    """Why this case cannot or must not run here, decided before anything launches; None if it runs. A reason that
+    the combination cannot exist is a `NotApplicable` (N/A); what could run elsewhere stays plain text (SKIP)."""
     spec = get_spec(case.model)
     layout = case.layout
     limit = max_ranks(rank_limit) if isinstance(rank_limit, int) else rank_limit
@@ -53,16 +57,16 @@ def skip_reason(case: Case, rank_limit: int | Capacity) -> str | None:
         return too_big
     missing = compat.model_class_missing(spec.class_name) or compat.layout_missing(layout)
     if missing is not None:  # a class or parallel feature this diffusers release does not have yet
-        return missing
+        return NotApplicable(missing)
     if layout.is_torch_context_parallel:
         unfit = torch_cp_unfit(case)
         if unfit is not None:
             return unfit
     model_class = spec.model_class()
     if layout.is_context_parallel and getattr(model_class, "_cp_plan", None) is None:
-        return f"{spec.class_name} defines no _cp_plan"
+        return NotApplicable(f"{spec.class_name} defines no _cp_plan")
     if layout.tp > 1 and getattr(model_class, "_tp_plan", None) is None:
-        return f"{spec.class_name} defines no _tp_plan"
+        return NotApplicable(f"{spec.class_name} defines no _tp_plan")
     kind = kind_of(case.kind)
     unavailable = kind.unavailable() or kind.skip_reason(case) or mode_skip(case, model_class) or \
         predictions.load_skip(case) or flow_scope.unavailable(case, model_class)
@@ -73,34 +77,38 @@ def skip_reason(case: Case, rank_limit: int | Capacity) -> str | None:
 
 
 def torch_cp_unfit(case: Case) -> str | None:
-    """Why PyTorch's context parallelism (a tcp layout, harness.rank.torch_cp) cannot run this case; None if it can."""
+    """Why PyTorch's context parallelism (a tcp layout, harness.rank.torch_cp) cannot run this case; None if it can.
+    A kind that does not run under it yet is a SKIP; a model, backend or split it cannot hold is N/A."""
     spec, kind, degree = get_spec(case.model), kind_of(case.kind), case.layout.torch_cp
     if not kind.torch_context_parallel:
         return f"PyTorch's context parallelism: the {case.kind} kind does not run under context_parallel yet"
     if spec.torch_cp_buffers is None:
-        return f"PyTorch's context parallelism: {spec.name}: {spec.torch_cp_unfit}"
+        return NotApplicable(f"PyTorch's context parallelism: {spec.name}: {spec.torch_cp_unfit}")
     if case.backend != "native":
-        return (f"PyTorch's context parallelism replaces F.scaled_dot_product_attention, which of diffusers' backends "
-                f"only native calls ({case.backend} would run beside the ring, not through it)")
+        return NotApplicable(f"PyTorch's context parallelism replaces F.scaled_dot_product_attention, which of "
+                             f"diffusers' backends only native calls ({case.backend} would run beside the ring, not "
+                             f"through it)")
     lengths = kind.split_lengths(case) or {}
     uneven = [f"{name} {length}" for name, length in lengths.items() if length % degree]
     if uneven:
-        return (f"PyTorch's context parallelism: {', '.join(uneven)} not divisible by the degree {degree} (its ring "
-                f"exchanges equal K/V chunks)")
+        return NotApplicable(f"PyTorch's context parallelism: {', '.join(uneven)} not divisible by the degree "
+                             f"{degree} (its ring exchanges equal K/V chunks)")
     return None
 
 
 def mode_skip(case: Case, model_class) -> str | None:
-    """Why a compiled mode cannot run this case (a plan-time SKIP), or None."""
+    """Why a compiled mode cannot run this case, or None: N/A where there is nothing to compile it with (a kind that
+    never compiles, regional compilation without repeated blocks), SKIP where only this machine stands in the way."""
     mode = mode_of(case.mode)
     if mode.backend is None:
         return None
     if not kind_of(case.kind).compiles:
-        return f"the {case.kind} kind does not run compiled (its `compiles` is False)"
+        return NotApplicable(f"the {case.kind} kind does not run compiled (its `compiles` is False)")
     if mode.regional and not hasattr(model_class, "compile_repeated_blocks"):
-        return "this diffusers has no compile_repeated_blocks (regional compilation)"
+        return NotApplicable("this diffusers has no compile_repeated_blocks (regional compilation)")
     if mode.regional and not getattr(model_class, "_repeated_blocks", None):
-        return f"{model_class.__name__} declares no _repeated_blocks (diffusers' compile_repeated_blocks needs them)"
+        return NotApplicable(f"{model_class.__name__} declares no _repeated_blocks (diffusers' "
+                             f"compile_repeated_blocks needs them)")
     if case.layout.is_torch_context_parallel and cpu_shims.needed():
         return ("compiled under PyTorch's context parallelism on CPU: the CPU shim's ring (harness.rank.cpu) runs gloo "
                 "collectives that Dynamo cannot trace (\"Cannot access data pointer of Tensor\"); on CUDA it is "
@@ -248,8 +256,8 @@ def _planned(case: Case, limit: int, check_refusals: bool, registry: dict[str, s
         if found.broken:
             return PlannedCase(case, plan_error=found.reason)
     refusal = expected_refusal(case) if reason is None else None
-    if refusal is not None and not check_refusals and not refusal.checked:
-        return PlannedCase(case, f"{refusal.reason}; --check-refusals runs it to see diffusers refuse")
+    if refusal is not None and not check_refusals and not refusal.checked:  # diffusers refuses the combination: N/A
+        return PlannedCase(case, NotApplicable(f"{refusal.reason}; --check-refusals runs it to see diffusers refuse"))
     return PlannedCase(case, reason, refusal)
 
 

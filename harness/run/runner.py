@@ -12,6 +12,7 @@ from pathlib import Path
 
 from harness import flows
 from harness.core import axes, environment
+from harness.core.applicability import NotApplicable
 from harness.core.errors import HarnessError
 from harness.core.header import RunHeader
 from harness.core.modes import EAGER, MODES
@@ -28,18 +29,17 @@ from harness.run import handover, partial, shards, timing
 from harness.run.capture import ensure_references
 from harness.run.checkpoints import FOLDER, write_checkpoints
 from harness.run.divergence import first_divergence
+from harness.run.folders import compile_cache_folder, launches_folder
 from harness.run.known_issues import load_known_issues
 from harness.run.launch import GroupStats, Nodes, group_by_world_size, run_group
 from harness.run.launchers import launcher_from
 from harness.run.lock import report_folder_lock
-from harness.run.nodes import WORKDIR, SharedRun
+from harness.run.nodes import SharedRun
 from harness.run.partial import PARTIAL
 from harness.run.plan import PlannedCase, build_plan, max_ranks, uncovered_rows
 from harness.run.settings import Settings, auto_case_timeout
 from harness.run.twins import name_eager_twins
 from harness.run.verdict import apply_expected_refusal, apply_known_issues, judge, not_run, note_repro
-
-COMPILE_CACHE = "compile-cache"  # the report folder's own Inductor cache (`compile_cache`)
 
 
 @dataclass
@@ -118,7 +118,9 @@ class _Run:
         if not done:
             _clear_previous(report_dir, echo)
         todo = [case for case in runnable if case.case_id not in done]
-        echo(f"plan: {len(plan)} cases, {len(runnable)} to run, {len(plan) - len(runnable)} skipped at plan time"
+        absent = sum(isinstance(p.skip_reason, NotApplicable) for p in plan)
+        echo(f"plan: {len(plan)} cases, {len(runnable)} to run, {len(plan) - len(runnable) - absent} skipped at plan "
+             f"time, {absent} not applicable (N/A)"
              + (f", {len(runnable) - len(todo)} kept from the interrupted run" if resume else ""))
         compiled = [mode for mode in settings.modes if mode != EAGER]
         if compiled and "all" not in compiled and settings.compile_cases != ["*"]:
@@ -126,7 +128,7 @@ class _Run:
                  f"case(s) (--compile-cases '*' compiles every case of the plan; --modes all runs every mode)")
         refusals = {p.case.case_id: p.expected_refusal for p in plan if p.expected_refusal is not None}
         kept = self.kept = len(done)
-        self.measure = coverage_run.prepare(settings.coverage, report_dir / WORKDIR)
+        self.measure = coverage_run.prepare(settings.coverage, launches_folder(report_dir))
         try:
             stats = _launch_all(todo, settings, report_dir, self.issues, refusals, done, echo, self.measure)
             localizing = time.monotonic()
@@ -191,18 +193,18 @@ class _Run:
         echo(timing.time_line(header.time_breakdown))
         failed = any(r.status.is_failure(settings.xfail_strict) for r in results)
         unchecked = _no_parallel_ran(self.plan, results) and not settings.allow_no_parallel
-        _tidy_work(report_dir / WORKDIR, settings, failed, echo)
+        _tidy_work(launches_folder(report_dir), settings, failed, echo)
         if unchecked:
-            echo("WARNING: no case with more than one rank ran: every parallel layout of the plan was SKIP (see the "
-                 "reasons above), so this run checked no parallel parity at all. Exit 1; pass --allow-no-parallel if "
-                 "that is what you meant.")
+            echo("WARNING: no case with more than one rank ran: every parallel layout of the plan was SKIP or N/A "
+                 "(see the reasons above), so this run checked no parallel parity at all. Exit 1; pass "
+                 "--allow-no-parallel if that is what you meant.")
         return RunSummary(results, header, 1 if failed or unchecked else 0)
 
     def hand_over(self, error: Exception) -> handover.RunStopped:
         """The run's own process failed: write the finished cases' reports, marked incomplete, keep the traceback
         and the partial file (so `--resume` goes on), say so in one line."""
         cause, report_dir = handover.describe(error), self.report_dir
-        kept_at = handover.keep_traceback(error, report_dir / WORKDIR)
+        kept_at = handover.keep_traceback(error, launches_folder(report_dir))
         results = self.results(cause)
         wrote = f"reports of the finished cases in {report_dir}, marked incomplete"
         try:
@@ -231,7 +233,7 @@ def _tidy_work(workdir: Path, settings: Settings, failed: bool, echo) -> None:
 def _no_parallel_ran(plan: list[PlannedCase], results: list[CaseResult]) -> bool:
     """The plan asked for parallel layouts and none of its cases with more than one rank ran."""
     asked = any(p.case.world_size > 1 for p in plan)
-    ran = any(r.world_size > 1 and r.status is not Status.SKIP for r in results)
+    ran = any(r.world_size > 1 and r.status.ran for r in results)
     return asked and not ran
 
 
@@ -253,7 +255,7 @@ def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo,
     if not cases:
         return
     echo(f"localizing {len(cases)} case(s): where each first leaves the single-device run")
-    checkpoints = report_dir / WORKDIR / FOLDER  # the run's own, kept for this (a failed case keeps the work folder)
+    checkpoints = launches_folder(report_dir) / FOLDER  # the run's own, kept for this (a failed case keeps them)
     group = _measured(GroupSpec("", str(settings.path("references")), None, [],
                                 compile_cache=compile_cache(settings, report_dir),
                                 checkpoints=str(checkpoints) if checkpoints.is_dir() else None), measure)
@@ -273,20 +275,21 @@ def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo,
 
     for members in group_by_world_size(replace(case, localize=True) for case in cases).values():
         timeout = settings.case_timeout or _auto_timeout(members, settings.path("references"))
-        run_group(members, group, report_dir / "work" / "localize", timeout, on_outcome)
+        run_group(members, group, launches_folder(report_dir) / "localize", timeout, on_outcome)
 
 
 def compile_cache(settings: Settings, report_dir: Path) -> str:
-    """Inductor's cache folder for the ranks: `--compile-cache`, else the report folder's own. Not the machine's
-    shared /tmp/torchinductor_$USER: two runs compiling one graph into one cache at once wait on each other's locks,
-    and one can load a kernel's library while the other is still writing it ("file too short"); a report folder
-    has one live run (harness.run.lock), so its cache has one writer, and stays warm for the next run into it."""
-    return str(settings.path("compile_cache") if settings.compile_cache else report_dir / COMPILE_CACHE)
+    """Inductor's cache folder for the ranks: `--compile-cache`, else the report folder's own, in its work folder
+    (harness.run.folders: never in the artifact). Not the machine's shared /tmp/torchinductor_$USER: two runs
+    compiling one graph into one cache at once wait on each other's locks, and one can load a kernel's library while
+    the other is still writing it ("file too short"); a report folder has one live run (harness.run.lock), so its
+    cache has one writer, and stays warm for the next run into it."""
+    return str(settings.path("compile_cache") if settings.compile_cache else compile_cache_folder(report_dir))
 
 
 def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: dict, done: dict,
                 echo, measure: coverage_run.Measure | None = None) -> GroupStats:
-    workdir = report_dir / WORKDIR
+    workdir = launches_folder(report_dir)
     shutil.rmtree(workdir, ignore_errors=True)
     total, stats = len(done) + len(cases), GroupStats()  # cases kept by --resume count as done
     checkpoints = write_checkpoints(cases, settings.path("references"), workdir, echo)

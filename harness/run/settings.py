@@ -109,9 +109,11 @@ class Settings:
                                      "FAIL, not only counted.")
     compile_cache: str = _option("", "Folder of Inductor's compile cache for the ranks (TORCHINDUCTOR_CACHE_DIR): a "
                                      "graph compiled once is reused by later cases and runs; empty: the report "
-                                     "folder's own compile-cache/, which no other live run shares.")
+                                     "folder's own, <report_dir>.work/compile-cache/, which no other live run "
+                                     "shares.")
     references: str = _option("references", "Directory of the captured fp32 references.")
-    report_dir: str = _option("reports", "Directory where matrix.csv, matrix.md and results.json are written.")
+    report_dir: str = _option("reports", "Directory where matrix.csv, matrix.md and results.json are written (the "
+                                          "artifact to upload; caches and work files go to <report_dir>.work).")
     known_issues: str = _option("known_issues.toml", "TOML file of known failures that become XFAIL.")
     case_timeout: float = _option(0.0, f"Seconds a case may run before it is TIMEOUT (0: {AUTO_TIMEOUT_S:.0f} s + "
                                        f"{AUTO_TIMEOUT_PER_GB_S:.0f} s per GB of weights).")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 import traceback
 
-from harness.core import evidence
+from harness.core import applicability, evidence, figures
 from harness.core.evidence import Evidence, status_of
 from harness.core.figures import table
 from harness.core.records import Outcome, without_fault
@@ -69,9 +69,11 @@ def _judge(outcome: Outcome, settings) -> CaseResult:
 
 
 def settle(result: CaseResult, items: list[Evidence]) -> CaseResult:
-    """The status and reason that follow from the failed checks, which are kept with the result."""
+    """The status and reason that follow from the failed checks, which are kept with the result, and the check
+    that decided it (every view's cell)."""
     result.status, result.reason = status_of(items), evidence.reason(items)
     result.evidence = [item.to_dict() for item in items]
+    result.deciding = figures.deciding(result.figures, result.evidence)
     return result
 
 
@@ -281,10 +283,11 @@ def note_repro(result: CaseResult, case) -> CaseResult:
 
 
 def not_run(planned) -> CaseResult:
-    """A case decided at plan time: SKIP with its reason, or ERROR when what it needs is known to be broken."""
+    """A case decided at plan time: SKIP or N/A with its reason (as the reason's code declared it), or ERROR when
+    what it needs is known to be broken."""
     result = base_result(planned.case)
     if planned.plan_error is not None:
         result.status, result.reason = Status.ERROR, planned.plan_error
     else:
-        result.status, result.reason = Status.SKIP, planned.skip_reason
+        result.status, result.reason = applicability.status_of(planned.skip_reason), str(planned.skip_reason)
     return result

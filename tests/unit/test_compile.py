@@ -137,7 +137,7 @@ def test_the_compile_cache_folder_travels_to_the_ranks_and_is_the_report_folders
     # Not given: the report folder's own, so two live runs (two report folders) never share a cache
     assert settings().compile_cache == ""
     ours, theirs = compile_cache(settings(), tmp_path / "reports"), compile_cache(settings(), tmp_path / "other")
-    assert ours == str(tmp_path / "reports" / "compile-cache") and ours != theirs
+    assert ours == str(tmp_path / "reports.work" / "compile-cache") and ours != theirs  # beside the artifact
     assert compile_cache(changed(settings(), compile_cache="/cache"), tmp_path / "reports") == "/cache"
 
 

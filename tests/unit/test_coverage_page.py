@@ -68,8 +68,10 @@ def test_browser_the_coverage_section_shows_the_modules_and_opens_to_the_uncover
     assert opened["unknownColour"] == "rgb(255, 235, 233)"  # an unknown gap stands out
 
 
-def test_a_run_without_coverage_has_no_section_and_a_full_plan_page_stays_in_budget(tmp_path):
-    assert 'id="coverage"' not in render_html(write(tmp_path / "plain", cases())).read_text()
+def test_a_run_without_coverage_says_so_and_a_full_plan_page_stays_in_budget(tmp_path):
+    plain = render_html(write(tmp_path / "plain", cases())).read_text()
+    section = plain.split('<section id="coverage">', 1)[1].split("</section>", 1)[0]
+    assert "Not measured: this run did not use <code>--coverage</code>" in section and "<table" not in section
     big = report()
     module = big.modules[0]
     module.functions = [FunctionCoverage(f"function_{n}", 10 * n, 10 * n + 9, list(range(10 * n, 10 * n + 8)),

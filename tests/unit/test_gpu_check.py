@@ -162,12 +162,13 @@ def test_bad_arguments_exit_2_naming_the_option(args, message):
 
 
 def test_the_registry_path_takes_the_torch_of_every_cpu_figure(monkeypatch):
-    """The GPU run's fallback torch is the version the CPU runs use (noxfile, .ci/run): one fact, kept equal."""
+    """The GPU run's fallback torch is the version the CPU runs use (noxfile, scripts/setup.sh): one fact, kept
+    equal."""
     monkeypatch.syspath_prepend(str(GPU_DIR))
     import packages
 
     assert f'"HARNESS_TORCH", "{packages.TORCH}"' in (REPO / "noxfile.py").read_text()
-    assert f"pip install -q {packages.TORCH}" in (REPO / ".ci" / "run").read_text()
+    assert f"\nTORCH={packages.TORCH}\n" in (REPO / "scripts" / "setup.sh").read_text()  # .ci/run's and the README's
 
 
 def test_part_names_are_the_parts(monkeypatch):

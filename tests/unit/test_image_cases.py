@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from harness.core import figures
 from harness.core.layouts import parse_layout
 from harness.core.records import Case, CaseRecord, Outcome
 from harness.core.results import Status
@@ -43,7 +44,9 @@ def test_image_within_limits_against_reference_and_baseline_passes():
     result = judge(_image_outcome(**good, baseline=good, vs_baseline=good, noise=DRAWS, noise_errors={}),
                    _policy(0.1))
     assert result.status is Status.PASS
-    assert (result.figure("ssim"), result.figure("psnr"), result.cell) == (0.9993, 49.5, "ssim 0.9993")
+    assert (result.figure("ssim"), result.figure("psnr"), figures.cell(result.figures)) == (0.9993, 49.5, "ssim 0.9993")
+    # decided by its SSIM against the same-dtype picture: a deficit of 0.0007 where the draws allow 2 x 0.00045
+    assert result.cell == "ssim 1-dev 0.78x" and result.deciding["bound"] == ">="
     assert result.figure("noise_max_abs") == 0.0273
 
 
@@ -91,10 +94,12 @@ def test_capture_writes_picture_and_png(tmp_path):
 @pytest.mark.slow
 def test_local_checkpoint_runs_the_same_cases(project):
     """A user's checkpoint folder (here a tiny one written by `save_pretrained`) gives the same matrix."""
+    import torch
+
     from harness.catalogue.pipelines import build_pipeline
 
     folder = project / "checkpoints" / "tiny-flux"
-    build_pipeline("flux", "fp32").save_pretrained(folder)
+    build_pipeline("flux", torch.float32).save_pretrained(folder)
     done = subprocess.run(
         [sys.executable, "-m", "harness", "run", "--weights", str(folder), "--kinds", "image", "--models", "flux",
          "--layouts", "single,ulysses2", "--backends", "native", "--dtypes", "fp32", "--images", "all"],
@@ -128,3 +133,33 @@ def test_image_arrays_round_trip_through_png(tmp_path):
     picture = np.linspace(0, 1, 8 * 8 * 3, dtype=np.float32).reshape(8, 8, 3)
     path = to_png(picture, tmp_path / "p.png")
     assert np.abs(np.asarray(Image.open(path)) / 255.0 - picture).max() <= 0.5 / 255 + 1e-6
+
+
+@pytest.mark.parametrize(("dtype", "roles", "diff_level"), [
+    ("bf16", ["reference", "baseline", "candidate", "diff", "ssim_map"], 0),  # vs its own one-device picture
+    ("fp32", ["reference", "candidate", "diff", "ssim_map"], 128),  # the control: vs the fp32 reference
+])
+def test_the_pictures_show_what_the_parity_check_compares_with(tmp_path, dtype, roles, diff_level):
+    """A bf16 candidate equal to its one-device bf16 picture and 0.05 off the fp32 one: its pictures hold the bf16
+    picture it is compared with and a black difference to it; an fp32 case's difference is to the reference
+    (0.05 x 10 = half brightness). The images block captions each and gives the difference its scale."""
+    from types import SimpleNamespace
+
+    import torch
+    from PIL import Image
+
+    from harness.kinds.image import _images_block
+
+    expected, own = np.full((16, 16, 3), 0.45, np.float32), np.full((16, 16, 3), 0.5, np.float32)
+    expected[:8] = own[:8] = 0.2  # some structure for the SSIM
+    case = SimpleNamespace(dtype=dtype, case_id=f"flux/ulysses2/native/{dtype}/image")
+    metrics = kind_of("image").measure(own.copy(), SimpleNamespace(output=torch.from_numpy(expected)), own.copy(),
+                                       case, tmp_path / "images", {"draw": own.copy()})
+    paths = metrics["images"]
+    assert list(paths) == roles
+    diff = np.asarray(Image.open(tmp_path / paths["diff"]))
+    assert np.abs(diff[12, 12].astype(int) - diff_level).max() <= 1 and diff[2, 2].max() == 0
+    block = _images_block(paths, dtype)
+    assert list(block["captions"]) == roles and block["scales"]["diff"]["ticks"] == ["0", "0.05", "\u2265 0.1"]
+    compared = "one device, bf16" if dtype == "bf16" else "the fp32 reference"
+    assert block["captions"]["diff"] == f"difference to {compared}, \u00d710"

@@ -151,6 +151,17 @@ def test_load_lists_ranges_and_evidence(tmp_path):
                               "max_abs_err": Excuse((), (0.1, 0.2), "max abs")}
 
 
+def test_an_entry_carries_its_upstream_thread_to_its_results(tmp_path):
+    """`upstream` names the issue or pull request; a result's reference of the entry carries it, and an entry
+    without one (the control) carries no such key."""
+    path = tmp_path / "known.toml"
+    url = "https://github.com/huggingface/diffusers/pull/12563"
+    path.write_text(f'[[issue]]\nmatch = "*"\nreason = "r"\nerror_contains = "x"\nupstream = "{url}"\n\n'
+                    '[[issue]]\nmatch = "*"\nreason = "r"\nerror_contains = "y"\n')
+    threaded, plain = load_known_issues(path)
+    assert threaded.reference()["upstream"] == url and "upstream" not in plain.reference()
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
@@ -160,6 +171,7 @@ def test_load_lists_ranges_and_evidence(tmp_path):
         ('error_contains = ["a", ""]', "'error_contains' must be a string or a non-empty list of non-empty"),
         ('error_contains = "x"\ndiffusers = 0.38', "'diffusers' must be a string"),
         ('error_contains = "x"\ntitle = ["a"]', "'title' must be a string"),
+        ('error_contains = "x"\nupstream = "javascript:alert(1)"', "'upstream' must be the https:// address"),
         ('error_contains = "x"\nversion = ">=0.38"', r"unknown keys \['version'\]; valid keys: diffusers"),
         ('status = "ERROR"', "needs 'error_contains'"),
         ('status = "FAIL"', r"needs at least one \[issue.evidence.<check>\] table"),

@@ -13,6 +13,7 @@ from harness.core.layouts import parse_layout
 from harness.core.records import Case, CaseRecord, Outcome, case_id
 from harness.core.results import Status
 from harness.loads import ENABLE, LOADS, enable_id, guard, load_of
+from harness.run.folders import launches_folder
 from harness.run.known_issues import KnownIssue
 from harness.run.plan import build_plan
 
@@ -217,7 +218,7 @@ def loaded(tmp_path_factory, zoo_references):
 def test_the_checkpoint_is_saved_once_sharded_with_an_index(loaded):
     _, lines, reports = loaded
     assert sum(line.startswith("checkpoints: ") for line in lines) == 1
-    folder = reports / "work" / "checkpoints" / "flux" / "tensor"
+    folder = launches_folder(reports) / "checkpoints" / "flux" / "tensor"
     assert (folder / "diffusion_pytorch_model.safetensors.index.json").is_file()
     assert len(list(folder.glob("*.safetensors"))) > 10
 

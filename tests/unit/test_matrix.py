@@ -40,7 +40,8 @@ def _result(model, layout, backend, dtype, kind) -> CaseResult:
     result = CaseResult(case_id, model, "default", kind, layout, world, backend, dtype, Status.PASS,
                         figures=_figures(kind, dtype), dispatched=f"{backend}:2")
     if backend == "_native_math" and layout != "single":
-        result.status, result.reason = Status.SKIP, "diffusers does not register backend '_native_math' as CP capable"
+        result.status = Status.NOT_APPLICABLE
+        result.reason = "diffusers does not register backend '_native_math' as CP capable"
         result.figures = []
     elif layout.startswith("ring") and backend == "native":
         result.status = Status.XFAIL
@@ -51,7 +52,8 @@ def _result(model, layout, backend, dtype, kind) -> CaseResult:
 
 
 def quick_plan() -> list[CaseResult]:
-    """384 cases shaped like the quick plan, plus the SKIP rows of classes without a harness spec."""
+    """384 cases shaped like the quick plan (the CP-incapable backend N/A), plus the SKIP rows of classes without a
+    harness spec."""
     results = [_result(*combo) for combo in itertools.product(MODELS, LAYOUTS, BACKENDS, ("fp32", "bf16"),
                                                               ("tensor", "image"))]
     for name in ("HunyuanVideo15Transformer3DModel", "SkyReelsV2Transformer3DModel"):
@@ -63,9 +65,9 @@ def quick_plan() -> list[CaseResult]:
 def test_quick_plan_fixture_is_realistic():
     results = quick_plan()
     assert len(results) == 386
-    assert matrix.counts(results) == {"PASS": 261, "FAIL": 1, "ERROR": 1, "SKIP": 86, "TIMEOUT": 1, "XFAIL": 36,
-                                      "XPASS": 0}
-    assert matrix.counts_line(results) == "261 PASS, 1 FAIL, 1 ERROR, 86 SKIP, 1 TIMEOUT, 36 XFAIL"
+    assert matrix.counts(results) == {"PASS": 261, "FAIL": 1, "ERROR": 1, "SKIP": 2, "TIMEOUT": 1, "XFAIL": 36,
+                                      "XPASS": 0, "N/A": 84}
+    assert matrix.counts_line(results) == "261 PASS, 1 FAIL, 1 ERROR, 2 SKIP, 1 TIMEOUT, 36 XFAIL, 84 N/A"
 
 
 def test_terminal_fits_120_columns_and_shows_every_case():
@@ -73,11 +75,11 @@ def test_terminal_fits_120_columns_and_shows_every_case():
     text = matrix.terminal(results)
     too_wide = [line for line in text.splitlines() if len(line) > 120]
     assert not too_wide, too_wide[:3]
-    for model in MODELS:  # one block per model, titled with that model's counts (SKIP included)
+    for model in MODELS:  # one block per model, titled with that model's counts (SKIP and N/A included)
         tally = matrix.counts_line([r for r in results if r.model == model])
         assert f"\n{model}: {tally}\n" in "\n" + text
     for result in results:  # every case that ran has its cell in its model's block, row and column
-        if result.status is not Status.SKIP:
+        if result.status.ran:
             assert _cell_text(text, result) == matrix._cell(result), result.case_id
     failing = [line for line in text.splitlines() if line.startswith("  ") and line.split()[0] in ("FAIL", "ERROR",
                                                                                                  "TIMEOUT")]
@@ -112,17 +114,19 @@ def test_markdown_is_short_and_lists_every_failing_case():
     results = quick_plan()
     text = matrix.markdown(results, ["diffusers 0.42.1, torch 2.13.0+cpu, cpu", ""])
     lines = text.splitlines()
-    assert len(lines) <= 40, text  # a CI step summary, not 386 rows; the full grid is index.html's
-    assert max(len(line.split("|")) - 2 for line in lines if line.startswith("|")) <= 8  # columns per table row
-    assert "**261 PASS, 1 FAIL, 1 ERROR, 86 SKIP, 1 TIMEOUT, 36 XFAIL**" in text
-    assert "| flux | 128 | 87 | **1** | 0 | 28 | 0 | 12 |" in text  # one row per model, a column per status
+    assert len(lines) <= 45, text  # a CI step summary, not 386 rows; the full grid is index.html's
+    assert max(len(line.split("|")) - 2 for line in lines if line.startswith("|")) <= 9  # columns per table row
+    assert "**261 PASS, 1 FAIL, 1 ERROR, 2 SKIP, 1 TIMEOUT, 36 XFAIL, 84 N/A**" in text
+    assert "| flux | 128 | 87 | **1** | 0 | 0 | 0 | 12 | 28 |" in text  # one row per model, a column per status
     for case_id, (status, _reason) in FAILING.items():  # nothing failing is hidden
         assert re.search(rf"^\| `{re.escape(case_id)}` \| \*\*{status.value}\*\* \| ", text, re.M), case_id
     xfail = [line for line in lines if LSE.split(" (")[0] in line]
     assert len(xfail) == 1 and xfail[0].startswith("| 36 | ")  # the 36 XFAIL cases: one row with their count
     assert xfail[0].endswith("| `{flux,flux2,qwenimage}/{ring2,ring4,ring2xulysses2}/native/{fp32,bf16}/{tensor,image}`"
                              " (36) |")
-    assert "| 84 | diffusers does not register backend '_native_math' as CP capable |" in text
+    not_applicable = text.split("### Not applicable", 1)[1]  # in its own table, not with the SKIP rows
+    assert "| 84 | diffusers does not register backend '_native_math' as CP capable |" in not_applicable
+    assert "| 1 | not covered: HunyuanVideo15Transformer3DModel" in text.split("### Skipped, by reason (2)", 1)[1]
     assert "`index.html`" in text and "matrix.csv" in text
 
 
@@ -144,7 +148,7 @@ def test_csv_has_a_column_per_figure(tmp_path):
     frame = pd.read_csv(tmp_path / "matrix.csv")
     assert list(frame.columns) == matrix.csv_columns(results) and len(frame) == len(results)
     figures = ["max_abs_err", "mean_abs_err", "ssim"]
-    assert list(frame.columns)[len(matrix.LEADING):-len(matrix.TRAILING)] == figures
+    assert list(frame.columns)[len(matrix.LEADING):-len(matrix.TRAILING)] == [*matrix.DECIDING, *figures]
     assert set(matrix.LEADING + matrix.TRAILING) <= {f.name for f in fields(CaseResult)}
     row = frame.set_index("case_id").loc["flux/ring2/_native_flash/fp32/image"]
     assert row["ssim"] == 0.99987 and row["max_abs_err"] == 4.8e-07 and pd.isna(row["mean_abs_err"])

@@ -62,7 +62,7 @@ def test_deliberate_bug_fails_and_clean_twin_passes(control_results, control):
     if control.fault == "rope_sign":  # a change to the model itself: the layout agrees with its own baseline
         assert faulty.figure("vs_baseline_max_abs") < tolerance
     if control.kind == "image":  # the report's difference image shows it
-        diff = faulty.extra["images"]["diff"]
+        diff = faulty.extra["blocks"][0]["images"]["diff"]
         assert diff.endswith("-diff.png")
 
 

@@ -46,7 +46,7 @@ def test_same_seed_same_picture_other_seed_other_picture(fp32_pipelines, name):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_bf16_casts_like_from_pretrained(name):
-    pipe = build_pipeline(name, "bf16")
+    pipe = build_pipeline(name, torch.bfloat16)
     transformer = transformer_of(pipe)
     assert transformer is pipe.transformer
     keep = getattr(transformer, "_keep_in_fp32_modules", None) or []

@@ -172,3 +172,44 @@ def test_a_backend_that_runs_everywhere_but_fails_its_probe_is_an_error_not_a_sk
     assert native.plan_error.endswith("): RuntimeError: native broke")
     assert not_run(native).status.value == "ERROR"
     assert plan["flux/tp2/_native_cudnn/fp32/tensor"].skip_reason.startswith("needs CUDA")  # unavailable: SKIP
+
+
+def _status(plan, case_id):
+    from harness.run.verdict import not_run
+
+    return not_run(next(p for p in plan if p.case.case_id == case_id)).status.value
+
+
+def test_a_combination_that_cannot_exist_is_not_applicable_and_what_could_run_elsewhere_is_skip(monkeypatch):
+    """Each class of plan-time reason, as its code declares it: diffusers refusing the combination, a model without
+    the plan a layout needs, a backend PyTorch's ring cannot go through are N/A; too many ranks, a backend this
+    machine lacks, a class without a harness spec are SKIP (the negative controls: N/A is not every skip)."""
+    import torch
+
+    from harness.run import plan as plan_module
+
+    plan = build_plan(["flux"], ["ulysses2", "tcp2"], ["_native_math", "native"], ["fp32"])
+    assert _status(plan, "flux/ulysses2/_native_math/fp32/tensor") == "N/A"  # diffusers refuses the backend
+    assert _status(plan, "flux/tcp2/_native_math/fp32/tensor") == "N/A"  # beside PyTorch's ring, not through it
+    assert _status(build_plan(["flux"], ["ulysses4"], ["native"], ["fp32"], cpu_max_ranks=2),
+                   "flux/ulysses4/native/fp32/tensor") == "SKIP"
+    if not torch.cuda.is_available():
+        assert _status(build_plan(["flux"], ["tp2"], ["_native_cudnn"], ["bf16"]),
+                       "flux/tp2/_native_cudnn/bf16/tensor") == "SKIP"
+    model_class = plan_module.get_spec("flux").model_class()
+    monkeypatch.setattr(model_class, "_tp_plan", None)
+    tp = build_plan(["flux"], ["tp2"], ["native"], ["fp32"])
+    assert tp[0].skip_reason == "FluxTransformer2DModel defines no _tp_plan"
+    assert _status(tp, "flux/tp2/native/fp32/tensor") == "N/A"
+
+
+def test_with_check_refusals_a_refused_combination_runs_and_not_covered_classes_stay_skip(monkeypatch):
+    checked = build_plan(["flux"], ["ulysses2"], ["_native_math"], ["fp32"], check_refusals=True)
+    assert checked[0].runs and checked[0].expected_refusal is not None
+    monkeypatch.setattr("harness.catalogue.zoo.discover.parallel_classes",
+                        lambda: [{"class_name": "NewTransformer", "spec": None}])
+    monkeypatch.setattr("harness.catalogue.zoo.discover.import_failures", lambda: [])
+    from harness.run.plan import uncovered_rows
+
+    rows = uncovered_rows()
+    assert _status(rows, rows[0].case.case_id) == "SKIP"  # a harness spec could be written: it could run

@@ -2,6 +2,8 @@
 
 import pytest
 
+from harness.plugin import check_parity
+
 pytest_plugins = ["pytester"]
 
 # What a user's project writes: the plugin supplies the cases, the shared run and each outcome.
@@ -49,7 +51,7 @@ def test_reference_lifecycle(user_project):
     compared = user_project.runpytest_subprocess("-q", "-rs")
     compared.assert_outcomes(passed=1, skipped=1, deselected=1)
     compared.stdout.fnmatch_lines(["*needs 4 ranks*"])
-    assert (user_project.path / "reports/pytest/results.json").exists()  # pytest's own folder, beside `harness run`
+    assert (user_project.path / "reports.work/pytest/results.json").exists()  # pytest's own, not in reports/
 
 
 @pytest.mark.slow
@@ -101,3 +103,24 @@ def test_pytest_help_in_the_environment_imports_no_torch(tmp_path):
     ran = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == "[]", ran.stdout
+
+
+def test_a_not_applicable_case_is_a_pytest_skip_that_says_so():
+    """pytest has no outcome for a combination that cannot exist: N/A is a skip whose reason starts with "not
+    applicable: " (`-rs` lists it so); a SKIP's reason is left as it is (the negative control)."""
+    from harness.core.applicability import NotApplicable
+    from harness.core.layouts import parse_layout
+    from harness.core.records import Case
+    from harness.core.results import CaseResult, Status
+    from harness.plugin import ParityResults
+    from harness.run.plan import PlannedCase
+
+    case = Case("flux", parse_layout("ulysses2"), "_native_math", "fp32")
+    refused = "diffusers does not register backend '_native_math' as context-parallel capable"
+    for reason, said in ((NotApplicable(refused), f"not applicable: {refused}"), ("needs 4 ranks", "needs 4 ranks")):
+        with pytest.raises(pytest.skip.Exception) as skipped:
+            check_parity(PlannedCase(case, reason), ParityResults())
+        assert skipped.value.msg == said
+    result = CaseResult(case.case_id, world_size=2, **case.axis_values(), status=Status.NOT_APPLICABLE, reason=refused)
+    with pytest.raises(pytest.skip.Exception, match="^not applicable: diffusers does not"):  # read back from a run
+        check_parity(PlannedCase(case), ParityResults({case.case_id: result}))

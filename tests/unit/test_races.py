@@ -24,6 +24,7 @@ from harness.core import events
 from harness.core.layouts import parse_layout
 from harness.core.results import CaseResult, Status, read_results
 from harness.run import handover, launch, partial, procs, runner
+from harness.run.folders import launches_folder
 from harness.run.lock import FolderBusy, holder, report_folder_lock
 from harness.run.plan import Case, PlannedCase
 from harness.run.tail import LineTail
@@ -77,7 +78,8 @@ def test_harness_run_into_a_live_runs_folder_exits_2_before_it_plans(project):
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and f"pid {other.pid}" in lines[0] and "--report-dir DIR" in lines[0], refused.stderr
     assert "plan:" not in refused.stdout  # refused before planning or launching anything
-    assert sorted(path.name for path in (project / "reports").iterdir()) == ["run.lock"]
+    assert list((project / "reports").iterdir()) == []  # the lock is beside the artifact, not in it
+    assert sorted(path.name for path in (project / "reports.work").iterdir()) == ["run.lock"]
 
 
 def test_harness_merge_into_a_live_runs_folder_is_refused(tmp_path, capsys):
@@ -91,25 +93,26 @@ def test_harness_merge_into_a_live_runs_folder_is_refused(tmp_path, capsys):
 
 def test_the_lock_is_reentrant_in_one_process_and_a_refused_run_leaves_no_folder_it_made(tmp_path):
     folder = tmp_path / "made" / "reports"
-    with report_folder_lock(folder), report_folder_lock(folder):  # the CLI, then the runner
+    with report_folder_lock(folder) as lock, report_folder_lock(folder):  # the CLI, then the runner
         assert holder(folder)["pid"] == os.getpid()
+        assert lock == tmp_path / "made" / "reports.work" / "run.lock" and list(folder.iterdir()) == []
     with pytest.raises(RuntimeError, match="refused"):
         with report_folder_lock(folder / "new"):
             raise RuntimeError("refused before anything was written")
-    assert not (folder / "new").exists()
+    assert not (folder / "new").exists() and not (folder / "new.work").exists()
     with pytest.raises(RuntimeError), report_folder_lock(folder):  # a folder that was there stays
         raise RuntimeError("refused")
     assert folder.is_dir()
 
 
 def test_pytest_parity_items_write_to_a_folder_of_their_own_unless_told(project, pytester):
-    """`harness run` writes to reports/, the parity items under pytest to reports/pytest: the README's two commands,
-    started side by side, never share a folder."""
+    """`harness run` writes to reports/, the parity items under pytest to reports.work/pytest: the README's two
+    commands, started side by side, never share a folder, and the uploaded reports/ holds no test scratch."""
     from harness.plugin import settings_from
 
     pytester.makefile(".toml", pyproject='[tool.harness]\nreport_dir = "out"\n')
     config = pytester.parseconfig()
-    assert settings_from(config).path("report_dir") == pytester.path / "out" / "pytest"
+    assert settings_from(config).path("report_dir") == pytester.path / "out.work" / "pytest"
     config = pytester.parseconfig("--harness-report-dir", "elsewhere")
     assert settings_from(config).path("report_dir") == pytester.path / "elsewhere"
 
@@ -273,7 +276,7 @@ def test_an_internal_error_at_a_poll_point_hands_over_reports_and_a_resumable_ru
                                             for r in results if r.case_id in stopped.value.unfinished)
     assert "Incomplete run: the harness stopped at an internal error" in (report_dir / "index.html").read_text()
     assert "**Incomplete run**" in (report_dir / "matrix.md").read_text()
-    assert "RuntimeError: injected" in (report_dir / "work" / handover.TRACEBACK_FILE).read_text()
+    assert "RuntimeError: injected" in (launches_folder(report_dir) / handover.TRACEBACK_FILE).read_text()
     fingerprint = json.loads((report_dir / partial.PARTIAL).read_text().splitlines()[0])["fingerprint"]
     kept = partial.resume(report_dir, asked=True, fingerprint=fingerprint)
     assert sorted(kept) == sorted(r.case_id for r in finished)
@@ -290,7 +293,7 @@ def test_harness_run_stopped_by_an_internal_error_exits_3_and_resume_finishes_it
         "original = launch._Watch.dead_ranks\n"
         "def dead_ranks(self):\n"
         "    if any(p.name == 'results.partial.jsonl' and len(p.read_text().splitlines()) > 1\n"
-        "           for p in self.workdir.parents[1].glob('results.partial.jsonl')):\n"
+        "           for p in self.workdir.parents[2].glob('reports/results.partial.jsonl')):\n"
         "        raise RuntimeError('injected in the parent')\n"
         "    return original(self)\n"
         "launch._Watch.dead_ranks = dead_ranks\n")
@@ -313,6 +316,9 @@ def test_harness_run_stopped_by_an_internal_error_exits_3_and_resume_finishes_it
     assert f"{kept} kept from the interrupted run" in resumed.stdout
     header, results = read_results(project / "reports" / "results.json")
     assert header.incomplete is None and {r.status for r in results} == {Status.PASS}
+    # the resumed run's folder is the artifact alone: no partial file, lock, cache or work files
+    assert sorted(path.name for path in (project / "reports").iterdir()) == ["index.html", "matrix.csv", "matrix.md",
+                                                                           "results.json"]
 
 
 PARITY_TESTS = '''
@@ -369,7 +375,7 @@ def test_the_readme_commands_side_by_side_in_one_checkout_both_pass(project, zoo
     assert tests.returncode == 0, tests.stdout + tests.stderr
     assert "3 passed" in tests.stdout
     assert len(read_results(project / "reports" / "results.json")[1]) == 3
-    assert len(read_results(project / "reports" / "pytest" / "results.json")[1]) == 3
+    assert len(read_results(project / "reports.work" / "pytest" / "results.json")[1]) == 3
 
 
 WAITER = """

@@ -23,6 +23,7 @@ from harness.core.figures import limit, value
 from harness.core.layouts import parse_layout
 from harness.core.results import CaseResult, Status
 from harness.run import partial, runner
+from harness.run.folders import launches_folder
 from harness.run.plan import Case, PlannedCase
 from tests.processes import kill_leftovers, workers_naming
 
@@ -63,7 +64,7 @@ DELIBERATE = "RuntimeError: deliberate failure on rank 1 (raise_rank1)"
 
 def _launched_first(report_dir: Path) -> list[str]:
     """The first case of each launch, in launch order (from the group files the launcher wrote)."""
-    groups = sorted((report_dir / "work").glob("ws2-*/group.json"), key=lambda p: int(p.parent.name[4:]))
+    groups = sorted(launches_folder(report_dir).glob("ws2-*/group.json"), key=lambda p: int(p.parent.name[4:]))
     return [Case.from_dict(json.loads(p.read_text())["cases"][0]).case_id for p in groups]
 
 
@@ -131,7 +132,7 @@ def _signal_state(pid: int) -> str:
 
 def _wait_for_hang(project: Path, process: subprocess.Popen, timeout: float = 120) -> None:
     """Until rank 1 of the 2-rank launch has reported that it started the (hanging) case."""
-    events = project / "reports/work/ws2-1/rank1.jsonl"
+    events = launches_folder(project / "reports") / "ws2-1" / "rank1.jsonl"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if events.exists() and any(json.loads(line)["event"] == "start" for line in events.read_text().splitlines()

@@ -206,7 +206,8 @@ def _loads_nothing_remote(page: str) -> None:
     assert not re.search(r'\bsrc\s*=\s*"(?:https?:)?//', page) and not re.search(r"<link\b", page)
     assert not re.search(r"url\(\s*['\"]?(?:https?:)?//|@import", page)
     for tag in re.findall(r'<[^>]*\bhref\s*=\s*"(?:[a-z]+:)?//[^"]*"[^>]*>', page):
-        assert re.match(r'<a class="cause-link" href="https?://', tag) and 'rel="noopener noreferrer"' in tag, tag
+        assert re.match(r'<a class="(cause|out)-link" href="https?://', tag) and 'rel="noopener noreferrer"' in tag, \
+            tag
     assert not re.search(r'href\s*=\s*"\s*javascript:', page, re.I)
 
 
@@ -229,13 +230,16 @@ def test_an_xfail_group_is_titled_by_its_entries_and_links_their_cause(tmp_path)
     assert "(4 cases, 3 issues)" in xfail
     assert re.search(r'<b class="n">2</b> <span class="why">tensor parallelism: wrong &lt;QK-norm&gt; gradients'
                      rf'</span> <span class="entry"><a class="cause-link" href="{re.escape(KNOWN["link"])}" '
-                     r'target="_blank" rel="noopener noreferrer">traced cause \u2197</a><span class="muted">'
-                     r"known_issues.toml #13</span>", xfail), xfail
-    assert '<p class="cause">known issue: per-head norms act on sharded heads (https://' in xfail
-    assert '<span class="why">scripted</span> <span class="entry"><span class="muted">known_issues.toml #2' in xfail
+                     r'target="_blank" rel="noopener noreferrer">traced cause \u2197</a><a class="entry-key muted" '
+                     r'href="#issue-13">known_issues.toml #13</a>', xfail), xfail
+    assert ('<p class="cause">known issue: per-head norms act on sharded heads (<a class="out-link" '
+            f'href="{KNOWN["link"]}" target="_blank" rel="noopener noreferrer">{KNOWN["link"]}</a>)') in xfail
+    assert ('<span class="why">scripted</span> <span class="entry"><a class="entry-key muted" href="#issue-2">'
+            "known_issues.toml #2") in xfail
     assert '<span class="why">expected refusal: no lse</span></summary>' in xfail
     got = decoded(page_)
-    assert got[0]["known_issues"] == [KNOWN] and got[2]["known_issues"][0]["link"] == ""  # the page gets no such link
+    assert got[0]["known_issues"] == [dict(KNOWN, anchor="issue-13", upstream="")]
+    assert got[2]["known_issues"][0]["link"] == ""  # the page gets no such link
     assert [e[4:6] for e in got[0]["evidence"]] == [["known_issues.toml #13", "[0.3, 1.75]"]] * 2 + \
         [["known_issues.toml #13"]]  # the loss check's entry measured no band
 
@@ -277,7 +281,8 @@ def test_a_status_this_report_does_not_know_reads_as_an_error_that_says_so(tmp_p
 def test_header_environment_counts_and_purpose(tmp_path, page):
     assert 'role="alert"' in page and "references from diffusers 0.41.0" in page
     assert ('<p class="env-line" id="env-line"><b>torch</b> 2.13.0+cpu &middot; <b>diffusers</b> 0.42.1 &middot; '
-            '<b>python</b> 3.11.7 &middot; <b>device</b> cpu (x86_64) &middot; <a href="#environment">references: '
+            "<b>diffusers_commit</b> release wheel &middot; <b>python</b> 3.11.7 &middot; <b>device</b> cpu (x86_64) "
+            '&middot; <a href="#environment">references: '
             "diffusers 0.41.0 (differs, see above)</a></p>") in page
     assert '<tr class="differs"><th scope="row">diffusers</th><td>0.42.1</td><td>0.41.0</td>' in page
     assert '<th scope="row">world sizes</th><td>2, 4</td>' in page
@@ -310,7 +315,8 @@ def test_the_page_ships_its_scripts_and_stylesheet_as_package_data():
     the page loads nothing from beside itself."""
     static = resources.files("harness.report").joinpath("static")
     names = sorted(path.name for path in static.iterdir() if path.name.endswith((".js", ".css")))
-    assert names == ["charts.js", "compare.js", "detail.js", "format.js", "matrix.js", "report.css", "report.js"]
+    assert names == ["charts.js", "compare.js", "detail.js", "format.js", "matrix.js", "place.js", "report.css",
+                     "report.js"]
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     globs = declared["harness.report"]
     assert all(any(Path("static", name).match(glob) for glob in globs) for name in names)
@@ -521,7 +527,7 @@ def test_browser_leaves_out_all_skip_rows_unless_asked(tmp_path):
     default, asked = seen(tmp_path, index, "", OPEN_ALL), seen(tmp_path, index, "?skips=1", OPEN_ALL)
     assert [default["cells"].get(key, False) for key in skips] == [False, False]
     assert [asked["cells"][key] for key in skips] == [True, True]
-    assert default["skipNotes"][0].startswith("2 rows in which every case is SKIP left out")
+    assert default["skipNotes"][0].startswith("2 rows in which every case is SKIP or N/A left out")
     assert asked["skipNotes"][0] == ""
     assert sum(default["cells"].values()) == len(browser_cases()) - 2
     ticked = seen(tmp_path, index, "", OPEN_ALL + 'var s = document.querySelector("[name=skips]"); s.checked = true;'
@@ -823,8 +829,8 @@ def test_browser_the_first_screen_names_torch_diffusers_and_the_device(tmp_path)
              ' return [s.inView(line), line.textContent, s.inView(document.querySelector("#environment table"))]; };')
     in_view, text, table_in_view = seen(tmp_path, run(tmp_path), "", probe, window=(1280, 720))["extra"]
     assert in_view and not table_in_view
-    assert text == ("torch 2.13.0+cpu \u00b7 diffusers 0.42.1 \u00b7 python 3.11.7 \u00b7 device cpu (x86_64) \u00b7 "
-                    "references: diffusers 0.42.1 (the same)")
+    assert text == ("torch 2.13.0+cpu \u00b7 diffusers 0.42.1 \u00b7 diffusers_commit release wheel \u00b7 "
+                    "python 3.11.7 \u00b7 device cpu (x86_64) \u00b7 references: diffusers 0.42.1 (the same)")
 
 
 @pytest.mark.slow
@@ -845,7 +851,8 @@ def test_browser_a_passing_image_case_shows_reference_candidate_and_difference(t
     got = seen(tmp_path, index, f"#case-{wanted}")
     assert [(image["caption"], image["loaded"], image["inView"]) for image in got["images"]] == [
         ("reference", True, True), ("candidate", True, True), ("diff", True, True)]
-    assert len(got["pictures"]) == 3 and got["imageNotes"] == [NOTE]
+    shrunk = NOTE.format(size="Shrunk from 64 \u00d7 64 to 32 \u00d7 32 pixels (each side divided by 2)")
+    assert len(got["pictures"]) == 3 and got["imageNotes"] == [shrunk]
     picture_ = shot(tmp_path, index, "preview", f"#case-{wanted}")
     for colour in (REFERENCE, CANDIDATE, (255, 255, 0)):
         assert pixels(picture_, colour) > 10_000, colour  # each drawn large enough to see (224 px across)
@@ -912,3 +919,55 @@ def test_browser_a_wide_matrix_holds_its_header_row_and_first_column(tmp_path, h
     assert [text for text, shown in got["legend"] if shown] == ["1.7e-07 max abs err (tensor cases)",
                                                                 "ssim 1.0000 SSIM (image cases)",
                                                                 "g3e-07 gradient rel L2 err (train cases)"]
+
+
+def test_unmatched_known_issues_are_listed_in_matrix_md_and_on_the_page(tmp_path):
+    """As pytest lists unused xfails: the entries results.json names as matching no case, in matrix.md and in the
+    page's listing (anchored by entry number, globs written as a list); a run with none says so on the page and
+    adds nothing to matrix.md (the control)."""
+    from harness.core.header import RunHeader
+    from harness.report.write import write_reports
+
+    unmatched = ["known_issues.toml #5 qwenimage@masked/*ulysses*", "known_issues.toml #7 ('ltx/*', 'ltx2/*')"]
+    records = [CaseResult.from_dict(r) for r in cases()[:2]]
+    write_reports(tmp_path / "a", records, RunHeader.from_dict({"known_issues_unmatched": unmatched}))
+    markdown = (tmp_path / "a" / "matrix.md").read_text()
+    assert "### Known-issue entries that matched no case (2)" in markdown
+    assert "| known_issues.toml #5 | `qwenimage@masked/*ulysses*` |" in markdown
+    assert "| known_issues.toml #7 | `ltx/*, ltx2/*` |" in markdown
+    page_ = (tmp_path / "a" / "index.html").read_text()
+    assert ('<li id="issue-7" class="issue-unmatched"><b>known_issues.toml #7</b> <code>ltx/*, ltx2/*</code></li>'
+            in page_)
+    write_reports(tmp_path / "b", records, RunHeader.from_dict({}))
+    assert "matched no case" not in (tmp_path / "b" / "matrix.md").read_text()
+    assert "Every entry of this release matched a case of this run." in (tmp_path / "b" / "index.html").read_text()
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("see (https://github.com/a/b/issues/1); then", 'see (<a class="out-link" href="https://github.com/a/b/issues/1" '
+     'target="_blank" rel="noopener noreferrer">https://github.com/a/b/issues/1</a>); then'),
+    ('<b>https://x.org/a?b=1&c="2"</b>.', '&lt;b&gt;<a class="out-link" href="https://x.org/a?b=1&amp;c=" '
+     'target="_blank" rel="noopener noreferrer">https://x.org/a?b=1&amp;c=</a>&quot;2&quot;&lt;/b&gt;.'),
+    ("javascript:alert(1) and ftp://x", "javascript:alert(1) and ftp://x"),  # not http(s): text
+])
+def test_addresses_in_a_reason_become_links_and_the_rest_stays_text(text, expected):
+    from harness.report.detail import linked
+
+    assert linked(text) == expected
+
+
+def test_not_applicable_is_its_own_state_on_the_page(tmp_path):
+    """An N/A case has its own count, colour and section, apart from the SKIP cases (and not counted with them)."""
+    records = [case("flux/ulysses2/native/fp32/tensor", "PASS"),
+               case("flux/ulysses2/_native_math/fp32/tensor", "N/A", figures=[],
+                    reason="diffusers does not register backend '_native_math' as context-parallel capable"),
+               case("flux/tp2/_native_cudnn/fp32/tensor", "SKIP", figures=[], reason="needs CUDA")]
+    page = render_html(write(tmp_path, records)).read_text()
+    for status in ("N/A", "SKIP"):
+        assert f'data-set-status="{status}" data-total="1" title="show only {status}"><b>1</b>{status}' in page
+    not_applicable = page.split('<section id="not-applicable">', 1)[1].split("</section>", 1)[0]
+    skipped = page.split('<section id="skipped">', 1)[1].split("</section>", 1)[0]
+    assert 'class="group s-N/A"' in not_applicable and "context-parallel capable" in not_applicable
+    assert "needs CUDA" in skipped and "context-parallel capable" not in skipped
+    assert ".s-N\\/A {" in page  # the stylesheet gives it a colour of its own
+    assert '<option value="N/A">' in page.split('<select name="status">', 1)[1].split("</select>", 1)[0]

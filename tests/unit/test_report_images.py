@@ -13,17 +13,19 @@ from harness.core.results import CaseResult, Status
 from harness.report.images import NOTE, PREVIEW_BOX, PREVIEW_ROLES, prune_images
 
 NAMES = ("reference", "candidate", "diff", "ssim_map")
+SHRUNK = NOTE.format(size="Shrunk from 64 \u00d7 64 to 32 \u00d7 32 pixels (each side divided by 2)")
 
 
 def _case(images_dir: Path, status: Status, case_id: str = "flux/ulysses2/native/fp32/image",
-          size: tuple[int, int] = (64, 64), colour: tuple[int, int, int] = (200, 40, 90)) -> CaseResult:
-    """An image case as the worker leaves it: four PNGs named after the case, paths relative to the report."""
+          size: tuple[int, int] = (64, 64), colour: tuple[int, int, int] = (200, 40, 90),
+          names: tuple[str, ...] = NAMES) -> CaseResult:
+    """An image case as the worker leaves it: its PNGs named after the case, paths relative to the report."""
     images_dir.mkdir(parents=True, exist_ok=True)
     slug = case_id.replace("/", "_")
     paths = {}
-    for name in NAMES:
+    for name in names:
         pixels = np.zeros((size[1], size[0], 3), dtype=np.uint8)
-        pixels[...] = colour if name == "candidate" else (10, 10, 10)
+        pixels[...] = {"candidate": colour, "baseline": (90, 90, 200)}.get(name, (10, 10, 10))
         pixels[: size[1] // 2, : size[0] // 2] = (255, 255, 255)  # some structure, so resizing has work to do
         Image.fromarray(pixels).save(images_dir / f"{slug}-{name}.png")
         paths[name] = f"{images_dir.name}/{slug}-{name}.png"
@@ -59,14 +61,33 @@ def test_other_cases_keep_previews_of_reference_candidate_and_difference(tmp_pat
     case = _case(images, status)
     prune_images(case, images)  # "failing" is the default policy
     (block,) = case.extra["blocks"]
-    assert block["type"] == "images" and block["note"] == NOTE and "images" not in case.extra
-    assert list(block["images"]) == list(PREVIEW_ROLES) == ["reference", "candidate", "diff"]
+    assert block["type"] == "images" and block["note"] == SHRUNK and "images" not in case.extra
+    assert list(block["images"]) == ["reference", "candidate", "diff"]
     assert case.extra["baseline"] == {"ssim": 0.99}
     assert sorted({Path(path).name for path in block["images"].values()}) == _files(images)
     for role, path in block["images"].items():
         assert path.startswith("images/preview-") and _pixels(images, path).shape == (32, 32, 3), role
     assert tuple(_pixels(images, block["images"]["candidate"])[24, 24]) == (200, 40, 90)  # the candidate's picture
     assert tuple(_pixels(images, block["images"]["reference"])[24, 24]) == (10, 10, 10)
+
+
+def test_low_precision_keeps_the_picture_its_parity_check_compares_with(tmp_path):
+    """A bf16 case's own single-device picture (`baseline`) is kept beside the fp32 reference, in PREVIEW_ROLES'
+    order; the fp32 case above, which has none, is the control."""
+    images = tmp_path / "images"
+    case = _case(images, Status.PASS, "flux/ulysses2/native/bf16/image", names=("baseline", *NAMES))
+    prune_images(case, images)
+    shown = case.extra["blocks"][0]["images"]
+    assert list(shown) == list(PREVIEW_ROLES) == ["reference", "baseline", "candidate", "diff"]
+    assert tuple(_pixels(images, shown["baseline"])[24, 24]) == (90, 90, 200)
+
+
+def test_the_note_says_the_sizes_it_kept(tmp_path):
+    """A picture that fits the box is kept at its size, and the note says so rather than "shrunk"."""
+    images = tmp_path / "images"
+    tiny = _case(images, Status.PASS, "flux/ring2/native/fp32/image", size=(16, 16))
+    prune_images(tiny, images)
+    assert tiny.extra["blocks"][0]["note"] == NOTE.format(size="Kept at their own 16 \u00d7 16 pixels")
 
 
 def test_the_difference_keeps_each_block_brightest_pixel(tmp_path):
@@ -156,7 +177,7 @@ def test_an_images_block_is_pruned_like_the_images_key(tmp_path):
     for case in (passing, failing, lost):
         prune_images(case, folder)
     block = passing.extra["blocks"][0]
-    assert list(block["images"]) == ["reference", "candidate", "diff"] and block["note"] == NOTE
+    assert list(block["images"]) == ["reference", "candidate", "diff"] and block["note"] == SHRUNK
     assert block["captions"] == {"reference": "the reference"}
     assert failing.extra["blocks"] == before
     assert [b["type"] for b in lost.extra["blocks"]] == ["histogram"]

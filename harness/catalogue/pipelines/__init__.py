@@ -4,7 +4,7 @@ One recipe per model with a diffusers pipeline (flux, flux2, qwenimage, wan): a 
 (see `common.sharpen`), a tiny seeded VAE, a flow-matching Euler scheduler and no text encoder: prompt embeddings
 come from a seeded CPU generator, as do the initial latents, so every rank and every device draws the same numbers.
 
-    pipe = build_pipeline("flux", torch.bfloat16)               # or "bf16"
+    pipe = build_pipeline("flux", torch.bfloat16)
     transformer_of(pipe).set_attention_backend("native")       # the caller's choice
     transformer_of(pipe).enable_parallelism(config=...)        # the caller's choice
     image = run_pipeline(pipe, "flux")                          # float32 numpy in [0, 1]: (H, W, 3), or (F, H, W, 3)
@@ -40,7 +40,7 @@ def recipe(name: str) -> common.Recipe:
         raise HarnessError(f"no tiny pipeline for model {name!r}; models with one: {', '.join(MODELS)}") from None
 
 
-def build_pipeline(name: str, dtype: torch.dtype | str = torch.float32, device: torch.device | str = "cpu",
+def build_pipeline(name: str, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
                    weights: dict[str, torch.Tensor] | None = None):
     """The model's pipeline, built in fp32 (seeded weights, or `weights` from a reference as returned by
     `pipeline_weights`) and cast once to `dtype`, progress bar off."""
@@ -54,7 +54,7 @@ def build_pipeline(name: str, dtype: torch.dtype | str = torch.float32, device: 
     return _finish(pipe, dtype, device)
 
 
-def load_pipeline(name: str, folder, dtype: torch.dtype | str = torch.float32, device: torch.device | str = "cpu"):
+def load_pipeline(name: str, folder, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
     """A real checkpoint from a local diffusers pipeline folder (`from_pretrained` on a path, never the hub),
     without its text encoders and tokenizers: prompt embeddings are seeded stand-ins of the checkpoint's width."""
     from pathlib import Path
@@ -73,11 +73,7 @@ def load_pipeline(name: str, folder, dtype: torch.dtype | str = torch.float32, d
     return _finish(pipe, dtype, device)
 
 
-def _finish(pipe, dtype, device):
-    if isinstance(dtype, str):
-        from harness.core.dtypes import torch_dtype
-
-        dtype = torch_dtype(dtype)
+def _finish(pipe, dtype: torch.dtype, device):
     pipe.set_progress_bar_config(disable=True)
     for _, module in _modules(pipe):
         common.cast(module, dtype)

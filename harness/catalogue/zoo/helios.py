@@ -13,26 +13,15 @@ import re
 import torch
 
 from harness.catalogue.zoo.spec import ModelSpec, Shape, randn, shapes, timestep
+from harness.catalogue.zoo.wan import CONFIG as WAN_CONFIG
 from harness.catalogue.zoo.wan import video_latents
 
 HISTORY_SIZES = (16, 2, 1)  # long, mid, 1x: HeliosPipeline's defaults
 
 TIMESTEP_SCALE = 1000.0  # the pipeline passes sigma * 1000 as `timestep`
 
-CONFIG = {
-    "patch_size": [1, 2, 2],
-    "num_attention_heads": 4,
-    "attention_head_dim": 12,
-    "in_channels": 4,
-    "out_channels": 4,
-    "text_dim": 16,
-    "freq_dim": 256,
-    "ffn_dim": 32,
-    "num_layers": 2,
-    "cross_attn_norm": True,
-    "qk_norm": "rms_norm_across_heads",
-    "rope_dim": [4, 4, 4],
-}
+# Wan's tiny config: Helios's class has no `rope_max_seq_len`, its RoPE takes a dim per axis (frames, height, width).
+CONFIG = {**{key: value for key, value in WAN_CONFIG.items() if key != "rope_max_seq_len"}, "rope_dim": [4, 4, 4]}
 
 # default: 4 long + 4 mid + 32 short history tokens + 32 chunk tokens = 72, divisible by 4 like the chunk alone.
 SHAPES = shapes(

@@ -20,13 +20,18 @@
     return '<p class="where muted">' + esc(parts.join(" \u00b7 ") + " \u00b7 world size " + c.world_size) + "</p>";
   }
   function reasonHTML(c) {
-    return c.reason ? '<h4>Reason</h4><pre class="reason">' + esc(c.reason) + "</pre>" : "";
+    return c.reason ? '<h4>Reason</h4><pre class="reason">' + R.linked(c.reason) + "</pre>" : "";
   }
   // A link out of the page to a known issue's traced cause (embed.py keeps only http(s) ones; checked again here).
-  R.causeLink = function (url) {
+  R.causeLink = function (url, text) {
     return /^https?:\/\//.test(url || "") ? '<a class="cause-link" href="' + esc(url) + '" target="_blank" ' +
-      'rel="noopener noreferrer">traced cause \u2197</a>' : "";
+      'rel="noopener noreferrer">' + esc(text || "traced cause") + " \u2197</a>" : "";
   };
+  // An entry's key ("known_issues.toml #12") as a link to the page's listing of the entries (sections.py)
+  function keyLink(k) {
+    return k.anchor ? '<a class="entry-key muted" href="#' + esc(k.anchor) + '">' + esc(k.key) + "</a>" :
+      '<span class="muted">' + esc(k.key) + "</span>";
+  }
   function entryOf(c, key) {
     return c.known.filter(function (k) { return k.key === key; })[0] || null;
   }
@@ -34,7 +39,7 @@
     if (!c.known.length) { return ""; }
     var items = c.known.map(function (k) {
       return '<li class="known-entry"><span class="known-title">' + esc(k.title || k.key) + "</span> " +
-        R.causeLink(k.link) + ' <span class="muted">' + esc(k.key) + "</span></li>";
+        R.causeLink(k.link) + " " + R.causeLink(k.upstream, "upstream") + " " + keyLink(k) + "</li>";
     });
     return "<h4>Known issue" + (items.length > 1 ? "s" : "") + '</h4><ul class="known">' + items.join("") + "</ul>";
   }
@@ -77,7 +82,7 @@
         '</td><td class="n">' + esc(f.limit || "") +
         '</td><td class="n">' + esc(f.ratio || "") + "</td></tr>";
     });
-    return "<h4>Figures</h4>" + table("figures", ["figure", "value", "limit", "value / limit"], rows);
+    return "<h4>Figures</h4>" + table("figures", ["figure", "value", "limit", "share of limit"], rows);
   }
   function blocksHTML(x) {
     return (Array.isArray(x.blocks) ? x.blocks : []).map(function (block) {

@@ -9,6 +9,20 @@
   R.TIMES = "\u00d7";
 
   R.esc = function (s) { return String(s).replace(/[&<>"']/g, function (ch) { return ESC[ch]; }); };
+  // Text as HTML with each http(s) address in it a link out of the page (harness.report.detail.linked).
+  var ADDRESS = /https?:\/\/[^\s<>"']+?(?=[.,;:!?)\]]*(?:[\s<>"']|$))/g;
+  R.linked = function (text) {
+    var out = "", last = 0, found;
+    text = String(text);
+    ADDRESS.lastIndex = 0;
+    while ((found = ADDRESS.exec(text)) !== null) {
+      out += R.esc(text.slice(last, found.index)) + '<a class="out-link" href="' + R.esc(found[0]) +
+        '" target="_blank" ' +
+        'rel="noopener noreferrer">' + R.esc(found[0]) + "</a>";
+      last = found.index + found[0].length;
+    }
+    return out + R.esc(text.slice(last));
+  };
   R.badge = function (status) {
     return '<span class="badge s-' + R.esc(status) + '">' + R.esc(status) + "</span>";
   };

@@ -6,20 +6,22 @@
   var R = window.HarnessReport, esc = R.esc, SEP = "\u0000";
 
   R.matrix = function (page) {
-    var D = page.D, built = {};
+    var D = page.D, built = {}, leftOut = {};
     // A section's table: rows and columns from D.matrix, one cell per combination. Unless SKIP cases are asked for,
-    // the rows and columns that hold nothing but SKIP cases are not drawn at all (a full plan's are most of them).
-    function showsSkips(st) { return st.skips || st.status === "SKIP"; }
+    // the rows and columns that hold nothing but cases that did not run (SKIP, N/A) are not drawn at all (a full
+    // plan's are most of them).
+    function ran(c) { return c.status !== "SKIP" && c.status !== "N/A"; }
+    function showsSkips(st) { return st.skips || !ran({status: st.status}); }
     function buildMatrix(section) {
       var value = section.getAttribute("data-section"), axis = D.matrix.section[0], skips = showsSkips(page.state());
       if (built["section:" + value] === skips) { return; }
       var mine = page.cases.filter(function (c) { return !axis || c[axis] === value; });
-      var ran = skips ? mine : mine.filter(function (c) { return c.status !== "SKIP"; });
-      var cols = ordered(ran, D.matrix.column), rows = ordered(ran, D.matrix.row), grid = {};
+      var drawn = skips ? mine : mine.filter(ran);
+      var cols = ordered(drawn, D.matrix.column), rows = ordered(drawn, D.matrix.row), grid = {};
       var rowAt = positions(rows), colAt = positions(cols), left = {};
       mine.forEach(function (c) {
         var r = rowAt[combo(c, D.matrix.row)], j = colAt[combo(c, D.matrix.column)];
-        if (r === undefined) { left[combo(c, D.matrix.row)] = true; }
+        if (r === undefined) { (left[combo(c, D.matrix.row)] = left[combo(c, D.matrix.row)] || []).push(c); }
         if (r !== undefined && j !== undefined) { grid[r + ":" + j] = (grid[r + ":" + j] || "") + cellHTML(c); }
       });
       var body = rows.map(function (row, r) {
@@ -31,9 +33,11 @@
           return '<span class="' + (k ? "sub" : "main") + '">' + esc(v) + "</span>";
         }).join(" ") + "</th>" + cells + "</tr>";
       }).join("");
-      section.querySelector(".section-body").innerHTML = '<div class="scroll"><table class="matrix" data-left="' +
-        Object.keys(left).length + '"><thead><tr><th scope="col">' + esc(D.matrix.row.join(" ")) + "</th>" +
-        matrixHead(ran, cols) + "</tr></thead><tbody>" + body + '</tbody></table></div><p class="muted skip-note"></p>';
+      leftOut[value] = Object.keys(left).map(function (k) { return left[k]; });
+      section.querySelector(".section-body").innerHTML = '<div class="scroll"><table class="matrix"><thead><tr>' +
+        '<th scope="col">' + esc(D.matrix.row.join(" ")) + "</th>" +
+        matrixHead(drawn, cols) + "</tr></thead><tbody>" + body +
+        '</tbody></table></div><p class="muted skip-note"></p>';
       built["section:" + value] = skips;
       page.applied(section);
     }
@@ -74,13 +78,16 @@
     }
 
     function filterMatrix(table, st) {
-      var showSkips = showsSkips(st), cols = {}, hiddenRows = Number(table.getAttribute("data-left")) || 0;
+      var showSkips = showsSkips(st), cols = {};
+      // The rows left out when drawn (all SKIP) that hold a case the filters show: the others say nothing here
+      var hiddenRows = (leftOut[table.closest("details.section").getAttribute("data-section")] || []).filter(
+        function (row) { return row.some(function (c) { return page.matches(c, st); }); }).length;
       table.querySelectorAll("tr.mrow").forEach(function (tr) {
         var any = false, real = false;
         tr.querySelectorAll("a.cell-case").forEach(function (a) {
           var c = page.caseOf(a), shown = page.matches(c, st);
           a.hidden = !shown;
-          if (shown && (showSkips || c.status !== "SKIP")) {
+          if (shown && (showSkips || ran(c))) {
             real = true;
             cols[a.parentElement.getAttribute("data-col")] = true;
           }
@@ -95,7 +102,7 @@
       var note = table.parentElement.parentElement.querySelector(".skip-note");
       if (note) {
         note.textContent = hiddenRows ? hiddenRows + " row" + (hiddenRows > 1 ? "s" : "") + " in which every case " +
-          "is SKIP left out (tick \u201call-SKIP matrix rows\u201d above to show them)." : "";
+          "is SKIP or N/A left out (tick \u201call-SKIP matrix rows\u201d above to show them)." : "";
       }
     }
     // The sections drawn for another choice of SKIP cases: again if open, else when next opened.
@@ -106,6 +113,41 @@
         if (section.open) { buildMatrix(section); } else { delete built[key]; }
       });
     }
-    return {build: buildMatrix, filter: filterMatrix, rebuild: rebuild};
+    // A matrix box is its header row's scroll container, so the row sticks to the box's top, which the page's own
+    // scrolling takes under the sticky filter bar: each box shown there holds its header row that far lower.
+    function hold(bar) {
+      var bottom = bar.getBoundingClientRect().bottom;
+      document.querySelectorAll("details.section[open] .scroll").forEach(function (box) {
+        var rect = box.getBoundingClientRect(), under = Math.max(0, Math.min(bottom, rect.bottom) - rect.top);
+        box.style.setProperty("--held", under.toFixed(1) + "px");
+      });
+    }
+    // A section's summary counts what the filters show: "n of N" where that is fewer
+    function countSection(m, tally) {
+      var all = m.querySelector(".section-count");
+      all.textContent = of(tally.all, Number(all.getAttribute("data-total"))) + " cases";
+      m.querySelectorAll(".section-tally [data-status]").forEach(function (b) {
+        var status = b.getAttribute("data-status"), n = tally[status] || 0;
+        b.hidden = !n;
+        b.textContent = of(n, Number(b.getAttribute("data-total"))) + " " + status;
+      });
+    }
+    function of(n, total) { return n === total ? String(n) : n + " of " + total; }
+    // Arrow keys move between the shown cells
+    function moveFocus(link, key) {
+      var td = link.closest("td"), tr = td.parentElement;
+      var dr = {ArrowUp: -1, ArrowDown: 1}[key] || 0, dc = {ArrowLeft: -1, ArrowRight: 1}[key] || 0;
+      var rows = Array.prototype.filter.call(tr.parentElement.rows, function (r) { return !r.hidden; });
+      var r = rows.indexOf(tr), col = td.cellIndex;
+      for (;;) {
+        r += dr; col += dc;
+        if (r < 0 || r >= rows.length || col < 1 || col >= rows[r].cells.length) { return; }
+        var cell = rows[r].cells[col];
+        var next = cell.hidden ? null : cell.querySelector(".cell-case:not([hidden])");
+        if (next) { next.focus(); return; }
+      }
+    }
+    return {build: buildMatrix, filter: filterMatrix, rebuild: rebuild, hold: hold, count: countSection,
+            move: moveFocus};
   };
 })();

@@ -1,7 +1,8 @@
 /* The page script of index.html: it reads the embedded records (harness/report/embed.py) and draws, only when
-   asked, a case's detail (detail.js), a group's rows and a model's matrix; it applies the filters (also from the URL:
-   ?status=FAIL, ?failures=1, ?model=flux) and opens the case a link or the URL's #case-<id> names. The axes it
-   filters on, spells ids from and lays the matrix out by come with the data (D.axes, D.matrix). */
+   asked, a case's detail (detail.js), a group's rows and a model's matrix; it applies the filters and the search
+   and opens the case a link or the URL's #case-<id> names, in a panel beside the page (place.js keeps the way back
+   and the URL: ?status=FAIL&failures=1&model=flux&q=tp2#case-<id>). The axes it filters on, spells ids from and
+   lays the matrix out by come with the data (D.axes, D.matrix). */
 (function () {
   "use strict";
   var R = window.HarnessReport, esc = R.esc;
@@ -19,6 +20,7 @@
   var built = {}, matrix = R.matrix({D: D, cases: cases, state: state, matches: matches, caseOf: caseOf,
                                      applied: function (scope) { applyTo(scope, state()); }});
   var pane = document.getElementById("details"), opened = document.getElementById("opened");
+  var place = R.place({form: form, keys: KEYS, state: state, matrix: matrix});
 
   // -- records --------------------------------------------------------------------------------------------------
   function set(list) { var out = {}; list.forEach(function (k) { out[k] = true; }); return out; }
@@ -96,7 +98,7 @@
   function caseRow(c, note) {
     return '<tr class="case-row" data-i="' + c.i + '"><td>' + R.badge(c.status) + '</td><td><a class="case-link" ' +
       'href="#' + esc(c.anchor) + '"><code>' + esc(c.case_id) + '</code></a></td><td class="n">' + esc(c.cell) +
-      '</td><td><div class="reason-cell">' + esc(note) + "</div></td></tr>";
+      '</td><td><div class="reason-cell">' + R.linked(note) + "</div></td></tr>";
   }
   function buildGroup(group) {
     var key = group.getAttribute("data-group");
@@ -114,7 +116,8 @@
   }
   // -- filters --------------------------------------------------------------------------------------------------
   function state() {
-    var st = {failures: form.elements.failures.checked, skips: form.elements.skips.checked};
+    var st = {failures: form.elements.failures.checked, skips: form.elements.skips.checked,
+              q: form.elements.q.value.trim().toLowerCase()};
     KEYS.forEach(function (k) { st[k] = form.elements[k].value; });
     return st;
   }
@@ -122,7 +125,13 @@
     for (var k = 0; k < KEYS.length; k++) {
       if (KEYS[k] !== except && st[KEYS[k]] && c[KEYS[k]] !== st[KEYS[k]]) { return false; }
     }
-    return !(st.failures && !BAD[c.status]);
+    return !(st.failures && !BAD[c.status]) && (!st.q || found(c, st.q));
+  }
+  // The search: a part of the case's id, or of the title or key of a known-issue entry it carries
+  function found(c, q) {
+    return c.case_id.toLowerCase().indexOf(q) >= 0 || (c.known_issues || []).some(function (k) {
+      return (D.v[k].title + " " + D.v[k].key).toLowerCase().indexOf(q) >= 0;
+    });
   }
   function caseOf(el) { return cases[Number(el.getAttribute("data-i"))]; }
   function applyTo(scope, st) {
@@ -145,7 +154,11 @@
   function apply() {
     var st = state(), shown = 0, sections = {}, axis = D.matrix.section[0];
     matrix.rebuild(st);
-    cases.forEach(function (c) { if (matches(c, st)) { shown++; sections[axis ? c[axis] : ""] = true; } });
+    cases.forEach(function (c) {
+      if (!matches(c, st)) { return; }
+      var tally = sections[axis ? c[axis] : ""] = sections[axis ? c[axis] : ""] || {all: 0};
+      shown++; tally.all++; tally[c.status] = (tally[c.status] || 0) + 1;
+    });
     applyTo(document, st);
     applyCounts(st);
     document.querySelectorAll("details.group").forEach(function (group) {
@@ -155,14 +168,19 @@
       group.hidden = n === 0;
     });
     document.querySelectorAll("details.section").forEach(function (m) {
-      m.hidden = !sections[m.getAttribute("data-section")];
+      var tally = sections[m.getAttribute("data-section")];
+      m.hidden = !tally;
+      if (tally) { matrix.count(m, tally); }
+    });
+    document.querySelectorAll(".issue-entry, .issue-unmatched").forEach(function (li) {  // the search finds entries
+      li.hidden = !!st.q && li.textContent.toLowerCase().indexOf(st.q) < 0;
     });
     document.querySelectorAll("section").forEach(function (section) {
       var note = section.querySelector(":scope > .no-match");
       if (note) { note.hidden = !!section.querySelector("tr.case-row:not([hidden]), details.group:not([hidden])," +
         " details.section:not([hidden])"); }
     });
-    pane.hidden = !opened.querySelector("details.case:not([hidden])");
+    place.show(!!opened.querySelector("details.case:not([hidden])"));
     document.getElementById("shown-count").textContent = "Showing " + shown + " of " + cases.length + " cases";
   }
   function fromQuery() {
@@ -170,10 +188,18 @@
     KEYS.forEach(function (k) {
       var v = params.get(k), sel = form.elements[k];
       var known = Array.prototype.some.call(sel.options, function (o) { return o.value === v; });
-      if (v !== null && known) { sel.value = v; }
+      sel.value = v !== null && known ? v : "";
     });
+    form.elements.q.value = params.get("q") || "";
     form.elements.failures.checked = ["1", "true", "yes"].indexOf(params.get("failures")) >= 0;
     form.elements.skips.checked = ["1", "true", "yes"].indexOf(params.get("skips")) >= 0;
+  }
+
+  function restore() {  // Back or Forward: the filters and the case of that URL
+    fromQuery();
+    apply();
+    var c = window.location.hash ? named(window.location.hash) : null;
+    if (c) { openCase(c, {}); } else { opened.querySelectorAll("details.case").forEach(place.close); }
   }
 
   // -- opening cases --------------------------------------------------------------------------------------------
@@ -181,9 +207,11 @@
     var body = details.querySelector(".case-body");
     if (!body.hasChildNodes()) { body.innerHTML = R.detail(full(caseOf(details)), D); }
   }
-  function openCase(c, scroll) {
+  // A case on top of the panel; `how.from`: the link it was opened from (kept in view, focus returns to it on
+  // closing), `how.focus`: focus the case, `how.push`: a new entry in the history.
+  function openCase(c, how) {
     if (!c) { return null; }
-    if (!matches(c, state())) { form.reset(); apply(); }
+    if (!matches(c, state())) { form.reset(); apply(); }  // the filters hid it
     var d = document.getElementById(c.anchor);
     if (!d) {
       d = document.createElement("details");
@@ -192,30 +220,17 @@
       d.setAttribute("data-i", String(c.i));
       d.innerHTML = "<summary>" + R.badge(c.status) + " <code>" + esc(c.case_id) + "</code></summary>" +
         '<div class="case-body"></div>';
-      opened.insertBefore(d, opened.firstChild);
     }
-    pane.hidden = false;
+    if (how.from) { place.keep(d.id, how.from); }
+    opened.insertBefore(d, opened.firstChild);
+    place.show(true);
     d.open = true;
     fill(d);
-    if (scroll) {
-      d.style.scrollMarginTop = form.offsetHeight + 12 + "px";  // clear of the sticky filter bar
-      d.scrollIntoView({block: "start"});
-      d.querySelector("summary").focus({preventScroll: true});
-    }
+    pane.scrollTop = 0;
+    if (how.from) { how.from.scrollIntoView({block: "nearest", inline: "nearest"}); }  // beside the panel
+    if (how.focus) { d.querySelector("summary").focus({preventScroll: true}); }
+    if (how.push) { place.remember(true); }
     return d;
-  }
-  function moveFocus(link, key) {
-    var td = link.closest("td"), tr = td.parentElement;
-    var dr = {ArrowUp: -1, ArrowDown: 1}[key] || 0, dc = {ArrowLeft: -1, ArrowRight: 1}[key] || 0;
-    var rows = Array.prototype.filter.call(tr.parentElement.rows, function (r) { return !r.hidden; });
-    var r = rows.indexOf(tr), col = td.cellIndex;
-    for (;;) {
-      r += dr; col += dc;
-      if (r < 0 || r >= rows.length || col < 1 || col >= rows[r].cells.length) { return; }
-      var cell = rows[r].cells[col];
-      var next = cell.hidden ? null : cell.querySelector(".cell-case:not([hidden])");
-      if (next) { next.focus(); return; }
-    }
   }
   function onToggle(e) {
     var el = e.target;
@@ -234,46 +249,60 @@
   function onClick(e) {
     var close = e.target.closest && e.target.closest("[data-close]");
     if (close) {
-      close.closest("details.case").remove();
-      pane.hidden = !opened.hasChildNodes();
+      place.close(close.closest("details.case"));
+      place.remember(true);
       return;
     }
     var a = e.target.closest && e.target.closest('a[href^="#"]');
     var c = a ? named(a.getAttribute("href")) : null;
-    if (c) { openCase(c, true); }
+    if (c) {
+      e.preventDefault();
+      openCase(c, {from: a, focus: true, push: true});
+    }
   }
+  function filtered(push) { apply(); place.remember(push); }
 
-  form.addEventListener("change", apply);
-  form.addEventListener("submit", function (e) { e.preventDefault(); apply(); });
-  form.addEventListener("reset", function () { window.setTimeout(apply, 0); });
+  form.addEventListener("change", function () { filtered(true); });
+  form.addEventListener("input", function (e) { if (e.target.name === "q") { filtered(false); } });
+  form.addEventListener("submit", function (e) { e.preventDefault(); filtered(true); });
+  form.addEventListener("reset", function () { window.setTimeout(function () { filtered(true); }, 0); });
   document.querySelectorAll("[data-set-status]").forEach(function (b) {
     b.addEventListener("click", function () {
       form.elements.status.value = b.getAttribute("data-set-status");
-      apply();
+      filtered(true);
     });
   });
   document.addEventListener("toggle", onToggle, true);
   document.addEventListener("click", onClick);
   document.addEventListener("keydown", function (e) {
     if (e.target.classList && e.target.classList.contains("cell-case") && /^Arrow/.test(e.key)) {
-      e.preventDefault(); moveFocus(e.target, e.key);
+      e.preventDefault(); matrix.move(e.target, e.key);
+    } else if (e.key === "Escape" && !pane.hidden && pane.contains(e.target)) {
+      place.close(opened.querySelector("details.case"));
+      place.remember(true);
     }
   });
-  window.addEventListener("hashchange", function () { openCase(named(window.location.hash), true); });
+  window.addEventListener("popstate", restore);
+  window.addEventListener("hashchange", function () {
+    var c = named(window.location.hash);
+    if (c && opened.firstChild !== document.getElementById(c.anchor)) { openCase(c, {focus: true}); }
+  });
+  window.addEventListener("scroll", function () { matrix.hold(form); }, {passive: true});
+  window.addEventListener("resize", place.held);
   var printed = [];
   window.addEventListener("beforeprint", function () {
     printed = cases.filter(function (c) { return BAD[c.status] && !document.getElementById(c.anchor); })
-      .map(function (c) { return openCase(c, false); });
+      .map(function (c) { return openCase(c, {}); });
   });
   window.addEventListener("afterprint", function () {
     printed.forEach(function (d) { d.remove(); });
-    pane.hidden = !opened.hasChildNodes();
+    place.show(opened.hasChildNodes());
   });
   fromQuery();
   document.querySelectorAll("details.section[open]").forEach(matrix.build);
   apply();
   var asked = window.location.hash ? named(window.location.hash) : null;
-  if (asked) { openCase(asked, true); } else { openCase(firstFailing(), false); }
+  if (asked) { openCase(asked, {focus: true}); } else { openCase(firstFailing(), {}); }
   root.setAttribute("data-ready", "1");
   root.setAttribute("data-ready-ms", performance.now().toFixed(0));
 })();
