@@ -156,7 +156,7 @@ def test_a_budget_the_plan_does_not_fit_fails_without_the_registry(tmp_path):
 ])
 def test_bad_arguments_exit_2_naming_the_option(args, message):
     process = subprocess.run(["bash", str(CHECK), "--dry-run", *args], cwd=REPO, capture_output=True, text=True,
-                             timeout=120, env={**os.environ, "PYTHON": sys.executable})
+                             timeout=900, env={**os.environ, "PYTHON": sys.executable})
     assert process.returncode == 2, process.stdout + process.stderr
     assert message in process.stderr
 

@@ -120,7 +120,7 @@ def test_bad_weights_folder_is_a_clear_error(project):
     (project / "empty").mkdir()
     done = subprocess.run([sys.executable, "-m", "harness", "capture", "--weights", str(project / "empty"),
                            "--kinds", "image", "--models", "flux"], cwd=project, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=900)
     assert done.returncode == 2
     assert "has no model_index.json; give the folder of a diffusers pipeline" in done.stderr
 

@@ -93,7 +93,7 @@ def test_slurm_runs_the_same_harness_run_on_every_node_through_srun(project):
 
 def test_slurm_script_is_an_sbatch_file_with_the_same_srun(project):
     done = subprocess.run([sys.executable, "-m", "harness", "run", *SLURM, *WHAT, "--slurm-script", "job.sh"],
-                          cwd=project, capture_output=True, text=True, timeout=120)
+                          cwd=project, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"wrote {project / 'job.sh'}; submit it with: sbatch {project / 'job.sh'}"
     script = (project / "job.sh").read_text().splitlines()
@@ -112,7 +112,7 @@ def test_slurm_script_is_an_sbatch_file_with_the_same_srun(project):
 def test_slurm_without_srun_says_what_to_do(project, monkeypatch):
     monkeypatch.setenv("PATH", str(project))
     done = subprocess.run([sys.executable, "-m", "harness", "run", *SLURM], cwd=project, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=900)
     assert done.returncode == 2
     assert "harness: error: option launcher: srun not found here; run on a Slurm login or compute node, or write " \
            "an sbatch script with --slurm-script FILE" in done.stderr

@@ -49,7 +49,7 @@ def test_two_nodes_match_one_host_and_name_a_hung_rank_and_a_lost_agent(project,
         settings = settings_for(case_timeout=CASE_TIMEOUT, launcher="torchrun", nnodes=2, node_rank=0,
                                 rdzv_endpoint=f"127.0.0.1:{port}")
         two = runner.run(settings, [PlannedCase(c) for c in [*CLEAN, HANG, KILL]], echo=print)
-        said, _ = node1.communicate(timeout=120)
+        said, _ = node1.communicate(timeout=900)
         assert workers_naming(project) == [], "a torchrun or rank process outlived the run on one of the nodes"
     finally:
         node1.kill()

@@ -236,7 +236,7 @@ def test_two_captures_at_once_write_each_reference_once_and_whole(project):
     command = [sys.executable, "-m", "harness", "capture", "--models", "qwenimage", "--kinds", "tensor"]
     processes = [subprocess.Popen(command, cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for _ in range(2)]
-    outputs = [process.communicate(timeout=120) for process in processes]
+    outputs = [process.communicate(timeout=900) for process in processes]
     assert [process.returncode for process in processes] == [0, 0], outputs
     spec = get_spec("qwenimage")
     paths = [reference_path(project / "references", spec.name, shape) for shape in spec.shapes]

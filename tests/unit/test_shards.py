@@ -133,19 +133,19 @@ def test_three_parts_merged_are_the_unsharded_run(project, zoo_references, setti
         runner.run(part, runner.plan_from(part), echo=lambda _: None)
 
     merge = [sys.executable, "-m", "harness", "merge", "part1", "part2", "part3", "--report-dir", "merged"]
-    done = subprocess.run(merge, cwd=project, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(merge, cwd=project, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     read = {name: json.loads((project / name / "results.json").read_text())["cases"] for name in ("whole", "merged")}
     assert [(c["case_id"], c["status"]) for c in read["merged"]] == [(c["case_id"], c["status"]) for c in read["whole"]]
     assert {c["status"] for c in read["whole"]} >= {"PASS"}
 
     compare = subprocess.run([sys.executable, "-m", "harness", "report", "--compare", "whole", "merged"], cwd=project,
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=900)
     assert compare.returncode == 0, compare.stdout + compare.stderr
     assert "compare: 0 changed status (0 regressions), 0 only in NEW, 0 only in OLD" in compare.stdout
 
     missing = subprocess.run(merge[:4] + ["part1", "part3", "--report-dir", "merged2"], cwd=project,
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=900)
     assert missing.returncode == 2
     lacking = [c["case_id"] for c in json.loads((project / "part2/results.json").read_text())["cases"]]
     assert f"part 2/3 is missing (no folder given holds it): {len(lacking)} planned case(s): " in missing.stderr
