@@ -108,6 +108,7 @@ def test_the_page_matrix_cells_read_the_deciding_check_in_a_browser(tmp_path):
     train cell its worst parameter (not the all-parameter error the key figure would write)."""
     import json
 
+    from harness.core.header import RunHeader
     from harness.core.results import payload_of
     from harness.report import render_html
     from tests.report_pages import OPEN_ALL, seen
@@ -118,7 +119,7 @@ def test_the_page_matrix_cells_read_the_deciding_check_in_a_browser(tmp_path):
     settle(train, kind.judge(train, metrics, kind.policy(settings(), "fp32")))
     folder = tmp_path / "run"
     folder.mkdir()
-    (folder / "results.json").write_text(json.dumps(payload_of([_tensor("bf16"), train], {})))
+    (folder / "results.json").write_text(json.dumps(payload_of([_tensor("bf16"), train], RunHeader.from_dict({}))))
     probe = ('window.__probe = function () { return Array.prototype.map.call(document.querySelectorAll('
              '"a.cell-case"), function (a) { return [a.getAttribute("href"), a.querySelector(".num").textContent]; '
              '}); };')
