@@ -105,7 +105,7 @@ def test_local_checkpoint_runs_the_same_cases(project):
          "--layouts", "single,ulysses2", "--backends", "native", "--dtypes", "fp32", "--images", "all"],
         cwd=project, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    frame = pd.read_csv(project / "reports/matrix.csv")
+    frame = pd.read_csv(project / "reports/matrix.csv", keep_default_na=False)
     assert frame.case_id.tolist() == ["flux@tiny-flux/single/native/fp32/image",
                                       "flux@tiny-flux/ulysses2/native/fp32/image"]
     assert frame.status.tolist() == ["PASS", "PASS"]
