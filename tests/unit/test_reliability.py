@@ -271,7 +271,9 @@ def test_xdist_runs_the_same_matrix_once_on_one_worker(pytester, zoo_references)
                                     "def test_reference(captured_reference):\n    check_reference(captured_reference)\n"
                                     "\n\ndef test_parity(parity_case, parity_results):\n"
                                     "    check_parity(parity_case, parity_results)\n")
-    reports = pytester.path / "reports" / "pytest"  # the parity items' own folder (a `harness run` uses reports/)
+    from harness.run.folders import pytest_report_folder
+
+    reports = pytest_report_folder(pytester.path / "reports")  # the parity items' own (`harness run` uses reports/)
 
     serial = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider")
     serial.assert_outcomes(passed=2, deselected=1)  # test_reference: only with --ref
@@ -286,7 +288,7 @@ def test_xdist_runs_the_same_matrix_once_on_one_worker(pytester, zoo_references)
                              parallel.stdout.str()))
     assert len(workers) == 1, parallel.stdout.str()  # one worker ran the matrix: nobody else wrote its files
     assert [p.relative_to(pytester.path) for p in pytester.path.rglob("results*.json*")] == \
-        [Path("reports/pytest/results.json")]
+        [(reports / "results.json").relative_to(pytester.path)]
 
 
 # ------------------------------------------------------------------------ cross-version: a change to diffusers
