@@ -87,7 +87,8 @@ def report(times: dict[str, float], logs: Path, slow_s: float, wall: float) -> N
         print(row(path, sum(times[node] for node in by_file[path]), summed))
     print("\n" + HEAD.format(what=f"test of {slow_s:.0f} s or more"))
     for node in sorted((node for node in times if times[node] >= slow_s), key=lambda node: -times[node]):
-        print(row(f"`{node.split('/')[-1]}`", times[node], parts[node]))
+        path, name = node.split("::", 1)
+        print(row(f"`{Path(path).name}::{name}`", times[node], parts[node]))
 
 
 def main() -> None:
