@@ -185,6 +185,7 @@ class _Run:
         write_reports(report_dir, results, header)
         header.time_breakdown["reports"] = round(time.monotonic() - writing, 2)  # known once they are written
         write_results(report_dir / RESULTS_FILE, results, header)
+        timing.log_breakdown(header.time_breakdown, header.launches)
         (report_dir / PARTIAL).unlink(missing_ok=True)
         if header.version_mismatch:
             echo(f"note: {header.version_mismatch}")

@@ -3,10 +3,16 @@ does); `harness run` and `harness merge` both report it."""
 
 from __future__ import annotations
 
+import json
+import os
+
 from harness.core.results import CaseResult
 from harness.report.matrix import WIDTH
 
 # "forward" is the case's run with the proof's recording in it (harness.rank.recorder)
+# A file each finished run appends its breakdown to, one JSON line: how benchmarks/bench_tests.py sums where the
+# test command's time goes without knowing where each test writes its reports.
+TIME_LOG = "HARNESS_TIME_LOG"
 PHASES = ("reference loading", "model build", "parallel setup", "forward", "baselines", "metrics and images", "gathers")
 
 
@@ -39,3 +45,12 @@ def time_line(breakdown: dict, width: int = WIDTH) -> str:
         if len(line) <= width:
             return line
     return line
+
+
+def log_breakdown(breakdown: dict, launches: int) -> None:
+    """Append the breakdown to `$HARNESS_TIME_LOG` when it is set; one short write, so runs that share the file
+    (benchmarks/bench_tests.py points it at one file per test) do not interleave their lines."""
+    path = os.environ.get(TIME_LOG)
+    if path:
+        with open(path, "a") as log:
+            log.write(json.dumps({"launches": launches, "time_breakdown": breakdown}) + "\n")

@@ -16,7 +16,8 @@ def harness(*args, cwd):
 
 
 @pytest.mark.slow
-def test_run_writes_the_matrix_and_captures_missing_references(project):
+def test_run_writes_the_matrix_and_captures_missing_references(project, monkeypatch):
+    monkeypatch.setenv("HARNESS_TIME_LOG", str(project / "time.jsonl"))  # benchmarks/bench_tests.py reads it
     done = harness("run", "--models", "flux", "--layouts", "ulysses2,ring2,tp2", "--backends", "native,_native_flash,"
                    "_native_math", "--dtypes", "fp32", "--kinds", "tensor", cwd=project)
     assert done.returncode == 1, done.stdout + done.stderr  # ring2/native is an ERROR: no known-issues file here
@@ -39,6 +40,8 @@ def test_run_writes_the_matrix_and_captures_missing_references(project):
     assert breakdown["launch start-ups"] > 0 and breakdown["forward"] > 0 and breakdown["reports"] > 0
     assert breakdown["floor"] <= breakdown["wall"] and breakdown["ratio to floor"] >= 1
     assert any(line.startswith("time: ") and "floor" in line for line in done.stdout.splitlines())
+    logged = [json.loads(line) for line in (project / "time.jsonl").read_text().splitlines()]
+    assert logged == [{"launches": 1, "time_breakdown": breakdown}]  # one run, one world size, the header's figures
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ still names every failing case, and the brace patterns that summarise case ids a
 from __future__ import annotations
 
 import itertools
+import json
 import re
 
 import pandas as pd
@@ -185,6 +186,19 @@ def test_time_breakdown_adds_the_phases_and_measures_against_the_floor():
     assert breakdown["other (capture, judging, waits)"] == 14.0  # 30 - 10 - 6
     assert time_line(breakdown) == ("time: 30s wall (other (capture, judging, waits) 14s, launch start-ups 10s, "
                                     "forward 4s, gathers 2s); floor 14s, 2.14x")
+
+
+def test_each_run_appends_its_breakdown_to_the_time_log_only_when_one_is_named(tmp_path, monkeypatch):
+    from harness.run.timing import TIME_LOG, log_breakdown
+
+    monkeypatch.delenv(TIME_LOG, raising=False)
+    log_breakdown({"wall": 1.0}, launches=1)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv(TIME_LOG, str(tmp_path / "time.jsonl"))
+    log_breakdown({"wall": 1.0}, launches=1)
+    log_breakdown({"wall": 2.5}, launches=3)
+    assert [json.loads(line) for line in (tmp_path / "time.jsonl").read_text().splitlines()] == [
+        {"launches": 1, "time_breakdown": {"wall": 1.0}}, {"launches": 3, "time_breakdown": {"wall": 2.5}}]
 
 
 def test_terminal_links_each_failing_case_and_wraps_its_reason():

@@ -4,6 +4,7 @@ with no other file touched (harness/kinds/__init__.py: `HARNESS_KINDS`)."""
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
 import sys
 import textwrap
@@ -78,7 +79,7 @@ type(tensor).judge = with_share
 def own_kinds(project, monkeypatch):
     (project / "toy_kind.py").write_text(TOY)
     (project / "extra_figure.py").write_text(EXTRA)
-    monkeypatch.setenv("PYTHONPATH", str(project))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(project), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("HARNESS_KINDS", "toy_kind,extra_figure")
     return project
 

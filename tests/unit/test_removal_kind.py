@@ -5,6 +5,7 @@ layout), and diffusers' own `remove_context_parallel` fails as known_issues.toml
 from __future__ import annotations
 
 import csv
+import os
 import subprocess
 import sys
 
@@ -44,7 +45,7 @@ register(Nothing())
 
 def test_removal_passes_whole_fails_kept_and_shows_diffusers_finding(project, monkeypatch):
     (project / "removal_variants.py").write_text(VARIANTS)
-    monkeypatch.setenv("PYTHONPATH", str(project))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(project), os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("HARNESS_KINDS", "removal_variants")
     done = subprocess.run([sys.executable, "-m", "harness", "run", "--models", "flux", "--layouts", "ulysses2,ring2",
                            "--backends", "_native_flash", "--dtypes", "fp32", "--kinds",
