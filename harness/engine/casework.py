@@ -114,8 +114,8 @@ def flow_reference(context: RankContext, baselines: Baselines, case: Case) -> tu
     output = baselines.of(one)
     if isinstance(output, str):
         return reference, {**facts, "error": output}
-    effect = float((output - reference.output).abs().max())
-    return replace(reference, output=output), {**facts, "effect": effect}
+    flowed, effect = kind_of(case.kind).flow_reference(reference, output)
+    return flowed, {**facts, "effect": effect}
 
 
 def measure(context: RankContext, baselines: Baselines, case: Case, output) -> dict:

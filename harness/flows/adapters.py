@@ -37,7 +37,8 @@ def _load(module, setting) -> None:
     module.load_lora_adapter(weights, adapter_name=ADAPTER, prefix=None)
 
 
-@flow("model.load_lora_adapter(<a seeded LoRA of every attention projection>, adapter_name='harness')", **LORA)
+@flow("model.load_lora_adapter(<a seeded LoRA of every attention projection>, adapter_name='harness')", **LORA,
+      kinds=("tensor", "image"))  # image: on the pipeline's transformer, what `pipe.load_lora_weights` does
 def lora(module, setting):
     _load(module, setting)
 
@@ -56,7 +57,7 @@ def lora_fused(module, setting):
 
 @flow("model.add_adapter(LoraConfig(r=2, target_modules=[to_q, to_k, to_v, to_out.0], init_lora_weights=False)): "
       "PEFT's way, as diffusers' training scripts add a LoRA", needs=("peft",), needs_api=("add_adapter",),
-      changes_numbers=True, refused=(LOADED_BEFORE_TP,))
+      changes_numbers=True, refused=(LOADED_BEFORE_TP,), kinds=("tensor", "train"))  # train: only the adapter trains
 def add_adapter(module, setting):
     import torch
     from peft import LoraConfig
