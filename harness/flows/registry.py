@@ -64,6 +64,7 @@ class Flow:
     needs: tuple[str, ...] = ()  # importable packages (a plan-time SKIP without them)
     needs_api: tuple[str, ...] = ()  # methods the model class must have on the installed release (else SKIP)
     changes_numbers: bool = False  # the flow alters the output (a LoRA): its one-device run must differ from the file
+    keeps_numbers: bool = False  # the flow gives the plain model back (an unload): its one-device run must not differ
     refused: tuple[Refused, ...] = ()
     kinds: tuple[str, ...] = ("tensor",)  # the case kinds it runs on (harness.kinds: each kind's `flow_slice`)
     needs_accelerator: bool = False  # it moves weights between the CPU and an accelerator: SKIP on a CPU-only machine

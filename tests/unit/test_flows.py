@@ -143,12 +143,31 @@ def test_a_train_flow_is_judged_against_one_device_training_with_the_same_calls(
     assert torch.equal(flowed.output, ran["losses"]) and torch.equal(reference.output, torch.tensor([2.0, 1.0]))
 
 
+@pytest.mark.parametrize(("declared", "effect", "failed"), [
+    ({"changes_numbers": True}, 1e-6, "did not do what the flow declares"), ({"changes_numbers": True}, 0.3, None),
+    ({"keeps_numbers": True}, 0.3, "did not give the plain model back"), ({"keeps_numbers": True}, 1e-6, None)])
+def test_a_flow_that_must_move_or_keep_the_numbers_is_held_to_it(declared, effect, failed):
+    """A LoRA whose one-device run stays within the limit did nothing; an unload whose one-device run leaves it did
+    not give the plain model back: `flow_effect` either way, from the same limit."""
+    from types import SimpleNamespace
+
+    from harness.run.verdict import _flow_failures
+
+    facts = {"call": "x", "position": "before", "changes_numbers": False, **declared, "effect": effect}
+    found = _flow_failures(SimpleNamespace(extra={}), {"flow": facts}, 1e-5)
+    if failed is None:
+        assert found == []
+    else:
+        assert [item.check for item in found] == ["flow_effect"] and failed in found[0].text
+
+
 # --- one real run: 2 ranks ------------------------------------------------------------------------------------------
 
 RUN = [("ulysses2", "lora_scaled", None), ("ulysses2", "lora_scaled", "lora_scale_one_rank"),
        ("ulysses2", "fused_qkv", None), ("ulysses2", "fused_qkv", "fused_qkv_one_rank"),
        ("ulysses2", "processor", None), ("ulysses2", "processor_after", None), ("tp2", "lora_after", None),
-       ("tp2", "add_adapter_after", None)]
+       ("tp2", "add_adapter_after", None), ("ulysses2", "lora_unload", None), ("tp2", "lora_unload", None),
+       ("ulysses2", "lora_hotswap_after", None)]
 # The image kind's LoRA and the train kind's adapter, each beside its control: the adapter doubled on rank 1
 KINDS_RUN = [("image", "lora", None), ("image", "lora", "adapter_other_ranks"), ("train", "add_adapter", None),
              ("train", "add_adapter", "adapter_other_ranks")]
@@ -229,3 +248,10 @@ def test_an_adapter_that_differs_on_one_rank_fails_the_picture_and_the_training(
     assert picture.status is Status.FAIL, picture.reason
     trained = flowed["flux/ulysses2/native/fp32/train/add_adapter+adapter_other_ranks"]
     assert trained.status is Status.FAIL and "the ranks disagree" in trained.reason, trained.reason
+
+
+@pytest.mark.slow
+def test_an_unloaded_lora_gives_the_plain_model_back_and_a_hot_swap_matches_one_device(flowed):
+    for case_id in ("flux/ulysses2/native/fp32/tensor/lora_unload", "flux/tp2/native/fp32/tensor/lora_unload",
+                    "flux/ulysses2/native/fp32/tensor/lora_hotswap_after"):
+        assert flowed[case_id].status is Status.PASS, (case_id, flowed[case_id].reason)
