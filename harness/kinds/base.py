@@ -277,6 +277,7 @@ class Kind:
         return replace(reference, output=output), float((output.float() - reference.output.float()).abs().max())
 
     def flow_effect_limit(self, policy) -> float | None:
-        """The least `effect` a flow that must change the numbers shows (less: its calls did nothing the case could
-        compare): what another rank's output may differ by; None: not checked."""
+        """The limit a flow's `effect` is held to (harness.run.verdict): one that must change the numbers goes
+        beyond it (else its calls did nothing the case could compare), one that must give them back stays within it;
+        what another rank's output may differ by; None: not checked."""
         return self.rank_tolerance(policy)
