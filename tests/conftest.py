@@ -31,8 +31,10 @@ def rewrite_meta():
 def project(tmp_path, monkeypatch):
     """A project folder with its own pyproject.toml, so tests never touch the real references/ or reports/."""
     # eager only: a test of the compile axis asks for its modes (the quick plan's compile slice costs minutes); the
-    # enable load only: a test of the load axis asks for its loads (the quick plan's load slice adds cases)
-    (tmp_path / "pyproject.toml").write_text('[tool.harness]\nmodes = ["eager"]\nloads = ["enable"]\n')
+    # enable load only and no flow: a test of the load or flow axis asks for them (the quick plan's load and flow
+    # slices add cases)
+    (tmp_path / "pyproject.toml").write_text('[tool.harness]\nmodes = ["eager"]\nloads = ["enable"]\n'
+                                            'flows = ["none"]\n')
     monkeypatch.chdir(tmp_path)
     return tmp_path
 

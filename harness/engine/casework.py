@@ -109,13 +109,14 @@ def flow_reference(context: RankContext, baselines: Baselines, case: Case) -> tu
     value = flows.value_of(case.flow)
     if value.flow is None:
         return reference, None
-    facts = {"call": value.flow.help, "position": value.position, "changes_numbers": value.flow.changes_numbers}
+    facts = {"call": value.flow.help, "position": value.position, "changes_numbers": value.flow.changes_numbers,
+             "keeps_numbers": value.flow.keeps_numbers}
     one = replace(case, layout=Layout("single"), backend="native", dtype="fp32", mode=EAGER, load=ENABLE, fault=None)
     output = baselines.of(one)
     if isinstance(output, str):
         return reference, {**facts, "error": output}
-    effect = float((output - reference.output).abs().max())
-    return replace(reference, output=output), {**facts, "effect": effect}
+    flowed, effect = kind_of(case.kind).flow_reference(reference, output)
+    return flowed, {**facts, "effect": effect}
 
 
 def measure(context: RankContext, baselines: Baselines, case: Case, output) -> dict:

@@ -1,7 +1,10 @@
-"""Faults in what users call around `enable_parallelism` (harness.flows): a LoRA scale that reaches one rank only, and
-a fused projection built wrong on one rank. Each acts on the calls the flow makes, never on the one-device run."""
+"""Faults in what users call around `enable_parallelism` (harness.flows): a LoRA scale that reaches one rank only, a
+fused projection built wrong on one rank, and an adapter that comes out different on the other ranks. Each acts on
+the calls the flow makes, never on the one-device run."""
 
 from __future__ import annotations
+
+import contextlib
 
 from harness.faults.patching import patched
 from harness.faults.registry import fault
@@ -41,3 +44,30 @@ def fused_qkv_one_rank():
             fused.weight.data[2 * third:] = fused.weight.data[third:2 * third].clone()
 
     return patched(AttentionModuleMixin, "fuse_projections", fuse_wrong_on_other_ranks)
+
+
+def _doubled_on_other_ranks(original):
+    """`original` (an adapter's add or load), then every rank but rank 0 doubles the adapter's lora_B weights."""
+    def call(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        if _not_rank_zero():
+            import torch
+
+            with torch.no_grad():
+                for name, parameter in self.named_parameters():
+                    if ".lora_B." in name:
+                        parameter.mul_(2.0)
+        return result
+
+    return call
+
+
+@fault("flows: on every rank but rank 0, the adapter added (PEFT's add_adapter) or loaded (load_lora_adapter) comes "
+       "out with its lora_B weights doubled")
+@contextlib.contextmanager
+def adapter_other_ranks():
+    from diffusers.loaders.peft import PeftAdapterMixin
+
+    with patched(PeftAdapterMixin, "add_adapter", _doubled_on_other_ranks(PeftAdapterMixin.add_adapter)), \
+            patched(PeftAdapterMixin, "load_lora_adapter", _doubled_on_other_ranks(PeftAdapterMixin.load_lora_adapter)):
+        yield

@@ -1,6 +1,7 @@
 """Flows on adapters: a LoRA loaded the way diffusers' LoRA guide loads one (`load_lora_adapter`, what a pipeline's
-`load_lora_weights` calls on its transformer), scaled with `set_adapters`, fused with `fuse_lora`, and PEFT's own
-`add_adapter` (the training scripts' way). Every rank and the one-device run get the same seeded adapter weights."""
+`load_lora_weights` calls on its transformer), scaled with `set_adapters`, fused with `fuse_lora`, unloaded again,
+hot-swapped for another, and PEFT's own `add_adapter` (the training scripts' way). Every rank and the one-device run
+get the same seeded adapter weights."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ LORA = {"needs": ("peft",), "needs_api": ("load_lora_adapter",), "changes_number
         "refused": (LOADED_BEFORE_TP, LOADED_AFTER_TP)}
 
 
-def lora_state_dict(module) -> dict:
+def lora_state_dict(module, seed: int = SEED) -> dict:
     """A diffusers-format LoRA for every targeted projection of `module` (`<name>.lora_A.weight`, `.lora_B.weight`),
     drawn from a fixed seed in the order of the module's names: the same on every rank and every process."""
     import torch
 
-    generator, weights = torch.Generator().manual_seed(SEED), {}
+    generator, weights = torch.Generator().manual_seed(seed), {}
     for name, found in module.named_modules():
         if isinstance(found, torch.nn.Linear) and name.endswith(TARGETS):
             weights[f"{name}.lora_A.weight"] = torch.randn(RANK, found.in_features, generator=generator) * STD
@@ -32,12 +33,13 @@ def lora_state_dict(module) -> dict:
     return weights
 
 
-def _load(module, setting) -> None:
-    weights = {key: value.to(setting.device, setting.dtype) for key, value in lora_state_dict(module).items()}
-    module.load_lora_adapter(weights, adapter_name=ADAPTER, prefix=None)
+def _load(module, setting, seed: int = SEED, hotswap: bool = False) -> None:
+    weights = {key: value.to(setting.device, setting.dtype) for key, value in lora_state_dict(module, seed).items()}
+    module.load_lora_adapter(weights, adapter_name=ADAPTER, prefix=None, hotswap=hotswap)
 
 
-@flow("model.load_lora_adapter(<a seeded LoRA of every attention projection>, adapter_name='harness')", **LORA)
+@flow("model.load_lora_adapter(<a seeded LoRA of every attention projection>, adapter_name='harness')", **LORA,
+      kinds=("tensor", "image"))  # image: on the pipeline's transformer, what `pipe.load_lora_weights` does
 def lora(module, setting):
     _load(module, setting)
 
@@ -54,9 +56,25 @@ def lora_fused(module, setting):
     module.fuse_lora(lora_scale=0.7, adapter_names=[ADAPTER])
 
 
+@flow("model.load_lora_adapter(...), then model.unload_lora(): the plain model back", needs=("peft",),
+      needs_api=("load_lora_adapter", "unload_lora"), keeps_numbers=True, refused=(LOADED_AFTER_TP,))
+def lora_unload(module, setting):
+    _load(module, setting)
+    module.unload_lora()
+
+
+@flow("model.enable_lora_hotswap(target_rank=4), model.load_lora_adapter(...), then another LoRA loaded in its place "
+      "with load_lora_adapter(..., hotswap=True)",
+      **{**LORA, "needs_api": ("load_lora_adapter", "enable_lora_hotswap")})
+def lora_hotswap(module, setting):
+    module.enable_lora_hotswap(target_rank=2 * RANK)
+    _load(module, setting)
+    _load(module, setting, seed=SEED + 1, hotswap=True)
+
+
 @flow("model.add_adapter(LoraConfig(r=2, target_modules=[to_q, to_k, to_v, to_out.0], init_lora_weights=False)): "
       "PEFT's way, as diffusers' training scripts add a LoRA", needs=("peft",), needs_api=("add_adapter",),
-      changes_numbers=True, refused=(LOADED_BEFORE_TP,))
+      changes_numbers=True, refused=(LOADED_BEFORE_TP,), kinds=("tensor", "train"))  # train: only the adapter trains
 def add_adapter(module, setting):
     import torch
     from peft import LoraConfig

@@ -1,5 +1,5 @@
-"""Flows on memory: layerwise casting (weights stored in bf16, computed in the case's dtype) and group offloading,
-each as diffusers' memory guide writes it."""
+"""Flows on memory: layerwise casting (weights stored in bf16, computed in the case's dtype), group offloading and a
+pipeline's model CPU offload, each as diffusers' memory guide writes it."""
 
 from __future__ import annotations
 
@@ -24,3 +24,13 @@ def layerwise_casting(module, setting):
                        "_raise_if_tensor_parallel, from enable_group_offload")))
 def group_offload(module, setting):
     module.enable_group_offload(onload_device=setting.device, offload_type="block_level", num_blocks_per_group=1)
+
+
+@flow("pipe.enable_model_cpu_offload(device=<the rank's device>): the pipeline's models kept on the CPU, each moved to "
+      "the accelerator while it runs", kinds=("image",), needs=("accelerate",), needs_accelerator=True,
+      refused=(Refused(BEFORE, "tp", "is placed by accelerate", TP_MODULE,
+                       "_check_tp_supported, from enable_parallelism"),
+               Refused(AFTER, "tp", "be CPU-offloaded (model or sequential)", "diffusers.pipelines.pipeline_utils",
+                       "_maybe_raise_error_if_tensor_parallel_active, from enable_model_cpu_offload")))
+def cpu_offload(module, setting):
+    setting.pipeline.enable_model_cpu_offload(device=setting.device)

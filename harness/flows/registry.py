@@ -42,14 +42,16 @@ class Refused:
 
 @dataclass(frozen=True)
 class Setting:
-    """What a flow's call is given besides the model: the rank's device, the case's backend and dtype, and the
-    parallel config and `cp_plan` the case enables (None on one device)."""
+    """What a flow's call is given besides the model: the rank's device, the case's backend and dtype, the
+    parallel config and `cp_plan` the case enables (None on one device), and the pipeline the model runs in where the
+    case's kind runs one (image: a pipeline's own calls, `enable_model_cpu_offload`; None otherwise)."""
 
     device: object
     backend: str
     dtype: object
     config: object | None = None
     cp_plan: dict | None = None
+    pipeline: object | None = None
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,10 @@ class Flow:
     needs: tuple[str, ...] = ()  # importable packages (a plan-time SKIP without them)
     needs_api: tuple[str, ...] = ()  # methods the model class must have on the installed release (else SKIP)
     changes_numbers: bool = False  # the flow alters the output (a LoRA): its one-device run must differ from the file
+    keeps_numbers: bool = False  # the flow gives the plain model back (an unload): its one-device run must not differ
     refused: tuple[Refused, ...] = ()
-    kinds: tuple[str, ...] = ("tensor",)
+    kinds: tuple[str, ...] = ("tensor",)  # the case kinds it runs on (harness.kinds: each kind's `flow_slice`)
+    needs_accelerator: bool = False  # it moves weights between the CPU and an accelerator: SKIP on a CPU-only machine
 
     def exists_on(self, layout) -> bool:
         return layout.world_size == 1 or on_layouts(self.layouts, layout)

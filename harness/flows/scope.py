@@ -27,11 +27,20 @@ def unavailable(case, model_class) -> str | None:
     missing = [name for name in value.flow.needs if importlib.util.find_spec(name) is None]
     if missing:
         return f"the {value.flow.name} flow needs {', '.join(missing)}, which is not installed"
+    if value.flow.needs_accelerator and not _has_accelerator():
+        return (f"the {value.flow.name} flow offloads to the CPU from an accelerator, and this machine has none "
+                f"(diffusers refuses it on a CPU: 'requires accelerator, but not found')")
     lacking = [name for name in value.flow.needs_api if not hasattr(model_class, name)]
     if lacking:
         return NotApplicable(f"this diffusers' {model_class.__name__} has no {', '.join(lacking)} (the "
                              f"{value.flow.name} flow)")
     return None
+
+
+def _has_accelerator() -> bool:
+    import torch
+
+    return torch.accelerator.is_available()
 
 
 def refusal(case) -> tuple[str, str] | None:

@@ -9,7 +9,7 @@ checks, its figures and its detail blocks. Nothing outside `harness/kinds/` name
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +48,7 @@ class Built:
     # diffusers builds the device mesh itself (no `mesh=`), as `enable_parallelism(config=ContextParallelConfig(...))`
     # in a user's script does; otherwise the launch's mesh, built once, is passed
     own_mesh: bool = False
+    pipeline: Any = None  # the pipeline `module` runs in (image): what a pipeline's flow calls (harness.flows)
 
     def run_recorded(self, recording) -> Any:
         """`run` once, with `recording` (harness.rank.recorder) around the part the proof covers."""
@@ -85,6 +86,17 @@ FULL_COMPILE_FAMILIES = (("single", "native"), ("ring2", "_native_flash"), ("tp2
 LOAD_FAMILIES = (("single", "native"), ("ulysses2", "native"), ("ring2", "_native_flash"), ("tp2", "native"),
                  ("ring2xulysses2", "_native_flash"), ("tp2+ulysses2", "native"), ("dp2", "native"),
                  ("dp2xulysses2", "native"), ("tcp2", "native"))
+
+# The layout families the flows (harness.flows) run on, each with its backend: context parallelism both ways and
+# tensor parallelism, where the user's calls around enable_parallelism differ
+FLOW_FAMILIES = (("ulysses2", "native"), ("ring2", "_native_flash"), ("tp2", "native"))
+
+
+def every_model_slice(kind: str, families) -> list[str]:
+    """The full plan's slice of `kind`: every model of the zoo on each of `families`, fp32."""
+    from harness.catalogue.zoo import SPECS
+
+    return slice_ids(kind, SPECS, families)
 
 
 def slice_ids(kind: str, models: Iterable[str], layouts: Iterable[tuple[str, str]],
@@ -254,3 +266,18 @@ class Kind:
     def rank_tolerance(self, policy) -> float | None:
         """How far another rank's output may be from rank 0's (None: the kind's own judge compares the ranks)."""
         return 0.0
+
+    def flow_reference(self, reference: Reference, output) -> tuple[Reference, float]:
+        """What a flow case (harness.flows) is judged against: one device's fp32 run that made the flow's calls
+        (`output`) in place of the file's, and how far those calls moved it from the file (its `effect`, in the
+        measure of `flow_effect_limit`): here the output's largest absolute change."""
+        import torch
+
+        output = torch.as_tensor(output)
+        return replace(reference, output=output), float((output.float() - reference.output.float()).abs().max())
+
+    def flow_effect_limit(self, policy) -> float | None:
+        """The limit a flow's `effect` is held to (harness.run.verdict): one that must change the numbers goes
+        beyond it (else its calls did nothing the case could compare), one that must give them back stays within it;
+        what another rank's output may differ by; None: not checked."""
+        return self.rank_tolerance(policy)

@@ -16,7 +16,7 @@ from pathlib import Path
 from harness.core.evidence import Evidence
 from harness.core.figures import PARITY, SINGLE_DEVICE, FigureSpec, images
 from harness.core.options import Option
-from harness.kinds.base import Built, Check, Kind, slice_ids
+from harness.kinds.base import FLOW_FAMILIES, Built, Check, Kind, every_model_slice, slice_ids
 
 # SSIM and PSNR must reach their limits: SSIM's margin is measured in deficits from 1, PSNR's in the errors its
 # decibels stand for (harness.core.figures.margin)
@@ -107,6 +107,13 @@ class ImageKind(Kind):
         return [*slice_ids(self.name, SPECS, (("ulysses2", "native"),)),
                 *slice_ids(self.name, ("flux",), (("single", "native"),))]
 
+    def flow_slice(self, plan: str) -> list[str]:
+        """quick: flux's picture under ulysses2 and tp2 with its flows (a LoRA on the transformer, the pipeline's
+        CPU offload: harness.flows). full: every model with a pipeline on each flow family."""
+        if plan == "quick":
+            return slice_ids(self.name, ("flux",), (("ulysses2", "native"), ("tp2", "native")))
+        return every_model_slice(self.name, FLOW_FAMILIES) if plan == "full" else []
+
     def unavailable(self) -> str | None:
         if importlib.util.find_spec("transformers") is None:
             return "image cases need the `transformers` package (diffusers' pipeline classes import it)"
@@ -161,7 +168,7 @@ class ImageKind(Kind):
         draw = noise.ForwardDraw(pipe.transformer, weights)
         # The VAE may call SDPA itself: only the transformer's attention kernels prove the backend.
         return Built(pipe.transformer, lambda: draw.run(lambda: run_pipe(pipe, case.model)),
-                     kernel_scope=pipe.transformer, twin=draw.twin)
+                     kernel_scope=pipe.transformer, twin=draw.twin, pipeline=pipe)
 
     def save_checkpoint(self, case, reference, target) -> None:
         """The whole tiny pipeline folder, the reference's weights in each component."""

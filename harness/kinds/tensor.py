@@ -16,7 +16,16 @@ from pathlib import Path
 from harness.core.evidence import Evidence
 from harness.core.figures import PARITY, SINGLE_DEVICE, FigureSpec, histogram
 from harness.core.options import Option
-from harness.kinds.base import FULL_COMPILE_FAMILIES, TORCH_CP_NOT_SCRIPTED, Built, Check, Kind, slice_ids
+from harness.kinds.base import (
+    FLOW_FAMILIES,
+    FULL_COMPILE_FAMILIES,
+    TORCH_CP_NOT_SCRIPTED,
+    Built,
+    Check,
+    Kind,
+    every_model_slice,
+    slice_ids,
+)
 from harness.kinds.capturing import seeded_meta, seeded_model
 
 MAX_ABS = FigureSpec("max_abs_err", "max abs err", cell="{value:.1e}", short="err")
@@ -94,14 +103,9 @@ class TensorKind(Kind):
     def flow_slice(self, plan: str) -> list[str]:
         """quick: flux and qwenimage under ulysses2, ring2 and tp2, fp32. full: every model on each of those
         families (a flow exists on the layouts it declares: harness.flows)."""
-        families = (("ulysses2", "native"), ("ring2", "_native_flash"), ("tp2", "native"))
         if plan == "quick":
-            return slice_ids(self.name, ("flux", "qwenimage"), families)
-        if plan != "full":
-            return []
-        from harness.catalogue.zoo import SPECS
-
-        return slice_ids(self.name, SPECS, families)
+            return slice_ids(self.name, ("flux", "qwenimage"), FLOW_FAMILIES)
+        return every_model_slice(self.name, FLOW_FAMILIES) if plan == "full" else []
 
     def shapes(self, spec, wanted, weights_dir):
         names = list(spec.shapes) if "all" in wanted else [name for name in wanted if name in spec.shapes]

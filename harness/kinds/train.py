@@ -13,12 +13,21 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.core.evidence import Evidence, per_subject
 from harness.core.figures import SINGLE_DEVICE, FigureSpec, margin, series, table
 from harness.core.options import Option
-from harness.kinds.base import FULL_COMPILE_FAMILIES, TORCH_CP_NOT_SCRIPTED, Built, Check, Kind, slice_ids
+from harness.kinds.base import (
+    FLOW_FAMILIES,
+    FULL_COMPILE_FAMILIES,
+    TORCH_CP_NOT_SCRIPTED,
+    Built,
+    Check,
+    Kind,
+    every_model_slice,
+    slice_ids,
+)
 from harness.kinds.capturing import seeded_meta, seeded_model
 
 TRAINED_SHAPES = ("default", "masked")
@@ -102,6 +111,13 @@ class TrainKind(Kind):
     def load_slice(self, plan: str) -> list[str]:
         """quick: flux trained from a tensor-parallel from_pretrained load (the streaming loader's shards)."""
         return slice_ids(self.name, ("flux",), (("tp2", "native"),)) if plan == "quick" else super().load_slice(plan)
+
+    def flow_slice(self, plan: str) -> list[str]:
+        """quick: flux trained under ulysses2 and tp2, each with its flows (an adapter added: harness.flows). full:
+        every model on each flow family."""
+        if plan == "quick":
+            return slice_ids(self.name, ("flux",), (("ulysses2", "native"), ("tp2", "native")))
+        return every_model_slice(self.name, FLOW_FAMILIES) if plan == "full" else []
 
     def repro_script(self, case) -> str | None:
         layout = case.layout
@@ -380,6 +396,20 @@ class TrainKind(Kind):
         """None: the judge compares what the ranks end with itself, bit for bit and by name (the losses and every
         plain parameter; a DTensor is one value once gathered), so a generic comparison would only repeat it."""
         return None
+
+    def flow_reference(self, reference, output) -> tuple:
+        """One device's training with the flow's calls (an adapter added: its parameters train, the frozen ones
+        not) in place of the file's: its losses, step-1 gradients and final weights; the effect is the largest
+        relative change of a step's loss, the measure of the `loss_rel` check."""
+        kept = {key: value for key, value in reference.extras.items() if not key.startswith((_GRAD, _FINAL))}
+        extras = {**kept, **{_GRAD + name: value for name, value in output["gradients"].items()},
+                  **{_FINAL + name: value for name, value in output["weights"].items()}}
+        losses, expected = output["losses"].double(), reference.output.double()
+        effect = float(((losses - expected).abs() / expected.abs().clamp_min(1e-30)).max())
+        return replace(reference, output=output["losses"], extras=extras), effect
+
+    def flow_effect_limit(self, policy) -> float | None:
+        return (policy.limits or {}).get("loss_rel")
 
 def _ratio(value: float, baseline: float) -> float:
     return value / baseline if baseline > 0 else (0.0 if value == 0 else float("inf"))

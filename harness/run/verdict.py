@@ -64,7 +64,8 @@ def _judge(outcome: Outcome, settings) -> CaseResult:
     # what rank 0's numbers cannot show (other ranks' outputs, the output's type), then the numbers.
     items = _proof_failures(outcome.case, record) + _integrity_failures(result, record,
                                                                              kind.rank_tolerance(policy))
-    return settle(result, items + _load_failures(result, record) + _flow_failures(result, record.metrics, policy)
+    return settle(result, items + _load_failures(result, record)
+                  + _flow_failures(result, record.metrics, kind.flow_effect_limit(policy))
                   + numbers + _compile_failures(result, record, settings.fullgraph))
 
 
@@ -153,10 +154,11 @@ def _load_failures(result: CaseResult, record) -> list[Evidence]:
                     for rank, names in load.get("differing", {}).items() for name in names]
 
 
-def _flow_failures(result: CaseResult, metrics: dict, policy) -> list[Evidence]:
+def _flow_failures(result: CaseResult, metrics: dict, limit: float | None) -> list[Evidence]:
     """A flow (harness.flows): what the user called and when, as a block; the case cannot be judged where one device
     failed making the same calls, and a flow that must change the numbers (a LoRA) but left one device's output
-    within the fp32 limit did not run as declared: its case would compare nothing the flow did."""
+    within the limit did not run as declared: its case would compare nothing the flow did. One that must give the
+    plain model back (an unload) and left one device's output beyond it did not either."""
     flow = (metrics or {}).get("flow")
     if flow is None:
         return []
@@ -165,12 +167,17 @@ def _flow_failures(result: CaseResult, metrics: dict, policy) -> list[Evidence]:
         rows.append(["one device with the same calls", f"failed: {flow['error']}"])
         result.extra.setdefault("blocks", []).append(table("What the user called", ["", ""], rows))
         return [Evidence("cannot_judge", f"cannot judge: one device making the same calls failed ({flow['error']})")]
-    rows.append(["one device: the calls moved the output by", f"{flow['effect']:.3g} max abs"])
+    rows.append(["one device: the calls moved the output by", f"{flow['effect']:.3g}"])
     result.extra.setdefault("blocks", []).append(table("What the user called", ["", ""], rows))
-    limit = getattr(policy, "tolerance", None)
-    if flow["changes_numbers"] and limit is not None and not flow["effect"] > limit:
+    if limit is None:
+        return []
+    if flow["changes_numbers"] and not flow["effect"] > limit:
         return [Evidence("flow_effect", f"the flow's calls moved one device's output by {flow['effect']:.3g}, within "
                                         f"the limit {limit:.3g}: they did not do what the flow declares",
+                         value=flow["effect"], limit=limit)]
+    if flow.get("keeps_numbers") and not flow["effect"] <= limit:
+        return [Evidence("flow_effect", f"the flow's calls moved one device's output by {flow['effect']:.3g}, beyond "
+                                        f"the limit {limit:.3g}: they did not give the plain model back",
                          value=flow["effect"], limit=limit)]
     return []
 

@@ -95,8 +95,9 @@ def rows(report_dir):
 
 
 def test_a_kind_of_your_own_is_planned_run_judged_and_rendered(own_kinds):
-    # eager only, as the `project` fixture's file says: this is a test of kinds, not of the compile slice
+    # eager only, no load and no flow, as the `project` fixture's file says: this is a test of kinds, not of the slices
     (own_kinds / "pyproject.toml").write_text('[tool.harness]\nmodes = ["eager"]\nloads = ["enable"]\n'
+                                               'flows = ["none"]\n'
                                                '[tool.harness.norm]\nslack = 1e-3\n')
     plan = ("--models", "flux", "--layouts", "single,ulysses2", "--backends", "native", "--dtypes", "fp32",
             "--kinds", "norm,tensor")
@@ -127,6 +128,7 @@ def test_a_kind_of_your_own_under_pytest(own_kinds):
         kinds = ["norm"]
         modes = ["eager"]
         loads = ["enable"]
+        flows = ["none"]
         cpu_max_ranks = 2
         """))
     (own_kinds / "test_matrix.py").write_text(textwrap.dedent("""\

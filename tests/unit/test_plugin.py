@@ -24,7 +24,7 @@ def test_parity(parity_case, parity_results):
 def user_project(pytester):
     pytester.makefile(".toml", pyproject='[tool.harness]\nmodels = ["flux"]\nlayouts = ["ulysses2", "ulysses4"]\n'
                       'backends = ["native"]\ndtypes = ["fp32"]\nkinds = ["tensor"]\nmodes = ["eager"]\n'
-                      'loads = ["enable"]\n'
+                      'loads = ["enable"]\nflows = ["none"]\n'
                       'cpu_max_ranks = 2\n')
     pytester.makepyfile(test_matrix=PARITY_TESTS)
     return pytester
@@ -77,7 +77,8 @@ def test_a_failing_train_case_is_its_failure_with_the_command_that_reruns_it(pyt
     references = Path(__file__).resolve().parents[2] / "references"
     pytester.makefile(".toml", pyproject=f'[tool.harness]\nmodels = ["flux"]\nlayouts = ["tp2"]\n'
                       f'backends = ["native"]\ndtypes = ["fp32"]\nkinds = ["train"]\ncpu_max_ranks = 2\n'
-                      f'loads = ["enable"]\nknown_issues = "none.toml"\nreferences = "{references}"\n')
+                      f'loads = ["enable"]\nflows = ["none"]\nknown_issues = "none.toml"\n'
+                      f'references = "{references}"\n')
     pytester.makepyfile(test_matrix=PARITY_TESTS)
     ran = pytester.runpytest_subprocess("-q", "-k", "test_parity")
     ran.assert_outcomes(failed=1)

@@ -334,7 +334,7 @@ def test_parity(parity_case, parity_results):
 def test_under_pytest_an_internal_error_is_one_failure_not_one_per_item(pytester, zoo_references):
     pytester.makefile(".toml", pyproject='[tool.harness]\nmodels = ["flux"]\nlayouts = ["single", "ulysses2"]\n'
                       'backends = ["native"]\ndtypes = ["fp32", "bf16"]\nkinds = ["tensor"]\nmodes = ["eager"]\n'
-                      'loads = ["enable"]\n'
+                      'loads = ["enable"]\nflows = ["none"]\n'
                       f'references = "{zoo_references}"\nknown_issues = "none.toml"\n')
     pytester.makeconftest(
         "import harness.run.launch as launch\n"
@@ -359,6 +359,7 @@ def test_the_readme_commands_side_by_side_in_one_checkout_both_pass(project, zoo
     (project / "pyproject.toml").write_text(
         '[tool.harness]\nmodels = ["flux"]\nlayouts = ["single", "ulysses2", "tp2"]\nbackends = ["native"]\n'
         f'dtypes = ["fp32"]\nkinds = ["tensor"]\nmodes = ["eager"]\nloads = ["enable"]\n'
+        'flows = ["none"]\n'
         f'references = "{zoo_references}"\n'
         'known_issues = "none.toml"\n')
     (project / "test_matrix.py").write_text(PARITY_TESTS)

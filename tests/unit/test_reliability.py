@@ -33,7 +33,7 @@ pytest_plugins = ["pytester"]
 # time), which does not depend on machine speed, never by this timeout.
 CASE_TIMEOUT = 600
 FLUX_2 = ["--models", "flux", "--backends", "native", "--dtypes", "fp32", "--kinds", "tensor", "--modes", "eager",
-          "--loads", "enable"]
+          "--loads", "enable", "--flows", "none"]
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
@@ -253,6 +253,7 @@ def test_two_captures_at_once_write_each_reference_once_and_whole(project):
 XDIST_PROJECT = '''[tool.harness]
 modes = ["eager"]
 loads = ["enable"]
+flows = ["none"]
 models = ["flux"]
 layouts = ["ulysses2", "tp2"]
 backends = ["native"]

@@ -971,3 +971,36 @@ def test_not_applicable_is_its_own_state_on_the_page(tmp_path):
     assert "needs CUDA" in skipped and "context-parallel capable" not in skipped
     assert ".s-N\\/A {" in page  # the stylesheet gives it a colour of its own
     assert '<option value="N/A">' in page.split('<select name="status">', 1)[1].split("</select>", 1)[0]
+
+
+def flow_cases() -> list[dict]:
+    """flux's tensor and image cases, each plain and with two flows and a checkpoint load, written in an order that
+    mixes them up: the page, not the file, must put each kind's flow columns together."""
+    order = [("image", "enable", "lora"), ("tensor", "enable", "lora_after"), ("image", "enable", "none"),
+             ("tensor", "enable", "none"), ("tensor", "pretrained", "none"), ("image", "enable", "lora_after"),
+             ("tensor", "enable", "lora")]
+    records = []
+    for layout in ("ulysses2", "tp2"):
+        for kind, load, flow in order:
+            record = case(f"flux/{layout}/native/fp32/{kind}", "PASS", load=load, flow=flow)
+            record["case_id"] = spell(record)
+            records.append(record)
+    return records
+
+
+COLUMN_HEADS = """document.querySelectorAll("details.section").forEach(function (d) { d.open = true; });
+window.__probe = function () {
+  return Array.prototype.map.call(document.querySelectorAll("table.matrix thead th[data-col]"), function (th) {
+    return th.querySelector(".outer").textContent; });
+};"""
+
+
+@pytest.mark.slow
+def test_browser_flow_columns_are_grouped_beside_their_plain_column_like_loads(tmp_path):
+    """The flow axis is a column group as the load axis is: each kind's columns side by side, its loads and flows in
+    the order the file first names them, never one kind's flow among the other kind's columns."""
+    heads = seen(tmp_path, run(tmp_path, flow_cases()), "", COLUMN_HEADS)["extra"]
+    assert heads == ["image \u00b7 enable \u00b7 lora", "image \u00b7 enable \u00b7 lora_after",
+                     "image \u00b7 enable \u00b7 none", "tensor \u00b7 enable \u00b7 lora",
+                     "tensor \u00b7 enable \u00b7 lora_after", "tensor \u00b7 enable \u00b7 none",
+                     "tensor \u00b7 pretrained \u00b7 none"], heads
