@@ -69,7 +69,8 @@ class RankContext:
         mesh = None if built.own_mesh else self.mesh(case.layout)
         config = None if load_of(case.load).checkpoint else case.layout.diffusers_config(mesh)
         flow = flows.value_of(case.flow)
-        setting = flows.Setting(self.device, case.backend, torch_dtype(case.dtype), config, built.cp_plan)
+        setting = flows.Setting(self.device, case.backend, torch_dtype(case.dtype), config, built.cp_plan,
+                                built.denoising)
         flow.call_at(flows.BEFORE, built.module, setting)
         if config is not None:
             built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
@@ -80,7 +81,7 @@ class RankContext:
     def flow_on_one_device(self, case: Case, built) -> None:
         """The calls of the case's flow on a one-device build of it (no parallelism to come before or after): what
         a flow case is judged against, and traced against where it fails."""
-        setting = flows.Setting(self.device, case.backend, torch_dtype(case.dtype))
+        setting = flows.Setting(self.device, case.backend, torch_dtype(case.dtype), denoising=built.denoising)
         flows.value_of(case.flow).call(built.module, setting)
 
     def torch_context_parallel(self, case: Case, built):

@@ -42,14 +42,15 @@ class Refused:
 
 @dataclass(frozen=True)
 class Setting:
-    """What a flow's call is given besides the model: the rank's device, the case's backend and dtype, and the
-    parallel config and `cp_plan` the case enables (None on one device)."""
+    """What a flow's call is given besides the model: the rank's device, the case's backend and dtype, the parallel
+    config and `cp_plan` the case enables (None on one device), and the case's denoising loop where it runs one."""
 
     device: object
     backend: str
     dtype: object
     config: object | None = None
     cp_plan: dict | None = None
+    denoising: object | None = None  # the case's denoising loop (harness.flows.denoising) for a flow with `steps`
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class Flow:
     changes_numbers: bool = False  # the flow alters the output (a LoRA): its one-device run must differ from the file
     refused: tuple[Refused, ...] = ()
     kinds: tuple[str, ...] = ("tensor",)
+    steps: int = 0  # its case runs a denoising loop of this many steps (it decides per step: a cache); 0: one forward
 
     def exists_on(self, layout) -> bool:
         return layout.world_size == 1 or on_layouts(self.layouts, layout)
