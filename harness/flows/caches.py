@@ -75,9 +75,15 @@ def cache_mag(module, setting):
                                        mag_ratios=[1.0] * steps))
 
 
-@flow("model.enable_cache(SeaCacheConfig(threshold=0.5)), the loop's cache_context carrying step_index, sigma and "
-      "num_inference_steps", **_cache("sea_cache"))
+@flow("model.enable_cache(SeaCacheConfig(threshold=0.5, raw_vision_callback=<the packed latents as one frame>)), the "
+      "loop's cache_context carrying step_index, sigma and num_inference_steps", **_cache("sea_cache"))
 def cache_sea(module, setting):
     from diffusers.hooks import SeaCacheConfig
 
-    module.enable_cache(SeaCacheConfig(threshold=0.5))
+    module.enable_cache(SeaCacheConfig(threshold=0.5, raw_vision_callback=_packed_latents))
+
+
+def _packed_latents(module, args, kwargs) -> list:
+    """SeaCache's adapter for a model it has none for (its own are Wan's and Cosmos 3's; without one it never reuses):
+    the visual latents as (C, T, H, W), here the packed tokens of the one picture as a frame of one column."""
+    return [kwargs["hidden_states"][0].transpose(0, 1).unsqueeze(1).unsqueeze(-1)]
