@@ -99,8 +99,10 @@ def test_a_cache_that_reused_nothing_fails_and_a_rank_without_a_record_too():
 
 # --- one real run: 2 ranks ------------------------------------------------------------------------------------------
 
-RUN = [("tp2", "cache_fbc", None), ("tp2", "cache_fbc", "cache_never_reuses"), ("ulysses2", "cache_taylorseer", None),
-       ("ulysses2", "cache_mag_after", None)]
+RUN = [("flux", "tp2", "cache_fbc", None), ("flux", "tp2", "cache_fbc", "cache_never_reuses"),
+       ("flux", "ulysses2", "cache_taylorseer", None), ("flux", "ulysses2", "cache_mag_after", None),
+       ("qwenimage", "tp2", "cache_taylorseer", None), ("qwenimage", "tp2", "cache_taylorseer", "cache_decides_alone"),
+       ("flux", "ulysses2", "cache_taylorseer", "cache_decides_alone")]
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +118,8 @@ def cached(tmp_path_factory, zoo_references):
     empty.write_text("")
     settings = load_settings({"references": str(zoo_references), "report_dir": str(folder / "reports"),
                               "known_issues": str(empty)}, start=folder)
-    plan = [PlannedCase(Case("flux", parse_layout(layout), "native", "fp32", flow=flow, fault=fault))
-            for layout, flow, fault in RUN]
+    plan = [PlannedCase(Case(model, parse_layout(layout), "native", "fp32", flow=flow, fault=fault))
+            for model, layout, flow, fault in RUN]
     summary = runner.run(settings, plan, echo=lambda line: None, localize_failures=False, purpose="selftest")
     return {result.case_id: result for result in summary.results}
 
@@ -130,7 +132,8 @@ def _work(result):
 @pytest.mark.slow
 def test_caches_decide_alike_on_every_rank_and_reuse_where_their_layouts_agree(cached):
     for case_id in ("flux/tp2/native/fp32/tensor/cache_fbc", "flux/ulysses2/native/fp32/tensor/cache_taylorseer",
-                    "flux/ulysses2/native/fp32/tensor/cache_mag_after"):
+                    "flux/ulysses2/native/fp32/tensor/cache_mag_after",
+                    "qwenimage/tp2/native/fp32/tensor/cache_taylorseer"):
         result = cached[case_id]
         assert result.status is Status.PASS, (case_id, result.reason)
         work = _work(result)
@@ -142,3 +145,14 @@ def test_a_cache_that_never_reuses_fails_where_its_clean_twin_passes(cached):
     broken = cached["flux/tp2/native/fp32/tensor/cache_fbc+cache_never_reuses"]
     assert broken.status is Status.FAIL and "the cache reused nothing" in broken.reason
     assert all(step == [28, 28] for step in _work(broken))
+
+
+@pytest.mark.slow
+def test_ranks_that_decide_differently_fail_naming_the_step_or_end_as_a_timeout_never_a_hang(cached):
+    # qwenimage tp2: the all-reduces still pair up (same sizes), so the run ends and the record shows the divergence
+    alone = cached["qwenimage/tp2/native/fp32/tensor/cache_taylorseer+cache_decides_alone"]
+    assert alone.status is Status.FAIL and "step 1: the ranks decided differently" in alone.reason
+    assert any(item["check"] == "cache_decisions" and item["subject"] == "step 1" for item in alone.evidence)
+    # flux ulysses2: one rank waits in an all-to-all the other never joins; the case, named with its flow, is TIMEOUT
+    hung = cached["flux/ulysses2/native/fp32/tensor/cache_taylorseer+cache_decides_alone"]
+    assert hung.status is Status.TIMEOUT and "stuck: rank 0" in hung.reason
