@@ -130,6 +130,9 @@ class CaseRecord:
     # How a checkpoint load ran (harness.rank.loading): its call, a note, and each rank's parameters whose local shard
     # differs from what `enable_parallelism` gives on the same layout; None: the `enable` load
     load: dict[str, Any] | None = None
+    # Each rank's nn.Linear calls at each step of a flow's denoising loop (harness.flows.denoising): what every rank
+    # decided at every step; None: the case ran once
+    steps: list[list[int] | None] | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -52,7 +52,8 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
     return output, {"forward_s": forward_s, "seconds": seconds, "dispatched": dispatched,
                     "kernels": recorder.executed(), "output_placements": placements, "functions": functions,
                     "expected_function": backends.expected_function(case.backend),
-                    "compiled": compiled.figures() if compiled else None, "load": loaded, **proof}
+                    "compiled": compiled.figures() if compiled else None, "load": loaded,
+                    "steps": built.denoising.work if built.denoising else None, **proof}
 
 
 def _check_load(context: RankContext, case: Case, reference, built) -> dict:

@@ -70,7 +70,7 @@ class RankContext:
         config = None if load_of(case.load).checkpoint else case.layout.diffusers_config(mesh)
         flow = flows.value_of(case.flow)
         setting = flows.Setting(self.device, case.backend, torch_dtype(case.dtype), config, built.cp_plan,
-                                built.pipeline)
+                                built.pipeline, built.denoising)
         flow.call_at(flows.BEFORE, built.module, setting)
         if config is not None:
             built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
@@ -81,7 +81,8 @@ class RankContext:
     def flow_on_one_device(self, case: Case, built) -> None:
         """The calls of the case's flow on a one-device build of it (no parallelism to come before or after): what
         a flow case is judged against, and traced against where it fails."""
-        setting = flows.Setting(self.device, case.backend, torch_dtype(case.dtype), pipeline=built.pipeline)
+        setting = flows.Setting(self.device, case.backend, torch_dtype(case.dtype), pipeline=built.pipeline,
+                                denoising=built.denoising)
         flows.value_of(case.flow).call(built.module, setting)
 
     def torch_context_parallel(self, case: Case, built):

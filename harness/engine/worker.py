@@ -74,7 +74,8 @@ class Worker:
             with self.work.phase("gathers"):
                 dist.all_gather_object(gathered, {"error": error, "peak_mem_mb": self.work.peak_memory_mb(),
                                                   "seconds": seconds, "shape": shape,
-                                                  "load": info.get("load") if info else None})
+                                                  "load": info.get("load") if info else None,
+                                                  "steps": info.get("steps") if info else None})
                 differences = self.rank_differences(compared, gathered)
             if self.rank == 0:
                 record = self.record(case, output, info, gathered)
@@ -147,7 +148,7 @@ class Worker:
                           output_placements=info["output_placements"], functions=info["functions"],
                           expected_function=info["expected_function"], comms=info.get("comms"),
                           comms_expected=info.get("comms_expected", []), compiled=info.get("compiled"),
-                          load=loaded(gathered), metrics=metrics)
+                          load=loaded(gathered), steps=stepped(gathered), metrics=metrics)
 
     def report(self, record: CaseRecord) -> None:
         """The case's record to the launcher; one that cannot be written (a value no JSON holds) is the case's
@@ -171,6 +172,11 @@ def loaded(gathered: list[dict]) -> dict | None:
     return {**{key: value for key, value in mine[0].items() if key != "differing"},
             "unconfigured": any(each and each.get("unconfigured") for each in mine),
             "differing": {str(rank): each["differing"] for rank, each in enumerate(mine) if each and each["differing"]}}
+
+
+def stepped(gathered: list[dict]) -> list[list[int]] | None:
+    """Each rank's work per step of a case's denoising loop (harness.flows.denoising); None: the case ran once."""
+    return None if gathered[0].get("steps") is None else [each.get("steps") for each in gathered]
 
 
 def init_distributed() -> tuple[int, int]:

@@ -6,6 +6,7 @@ package imports every family, so the registry is whole wherever it is read.
 
 from harness.faults import (  # noqa: F401 - each family registers its faults on import
     backends,
+    caches,
     compiled,
     cp,
     flows,

@@ -3,7 +3,7 @@
 wherever it is read.
 """
 
-from harness.flows import adapters, attention, memory, parallel  # noqa: F401 - each family registers its flows
+from harness.flows import adapters, attention, caches, memory, parallel  # noqa: F401 - each family registers its flows
 from harness.flows.registry import (
     AFTER,
     BEFORE,

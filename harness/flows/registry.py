@@ -43,8 +43,9 @@ class Refused:
 @dataclass(frozen=True)
 class Setting:
     """What a flow's call is given besides the model: the rank's device, the case's backend and dtype, the
-    parallel config and `cp_plan` the case enables (None on one device), and the pipeline the model runs in where the
-    case's kind runs one (image: a pipeline's own calls, `enable_model_cpu_offload`; None otherwise)."""
+    parallel config and `cp_plan` the case enables (None on one device), the pipeline the model runs in where the
+    case's kind runs one (image: a pipeline's own calls, `enable_model_cpu_offload`; None otherwise), and the case's
+    denoising loop where it runs one."""
 
     device: object
     backend: str
@@ -52,6 +53,7 @@ class Setting:
     config: object | None = None
     cp_plan: dict | None = None
     pipeline: object | None = None
+    denoising: object | None = None  # the case's denoising loop (harness.flows.denoising) for a flow with `steps`
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class Flow:
     refused: tuple[Refused, ...] = ()
     kinds: tuple[str, ...] = ("tensor",)  # the case kinds it runs on (harness.kinds: each kind's `flow_slice`)
     needs_accelerator: bool = False  # it moves weights between the CPU and an accelerator: SKIP on a CPU-only machine
+    steps: int = 0  # its case runs a denoising loop of this many steps (it decides per step: a cache); 0: one forward
 
     def exists_on(self, layout) -> bool:
         return layout.world_size == 1 or on_layouts(self.layouts, layout)

@@ -49,6 +49,8 @@ class Built:
     # in a user's script does; otherwise the launch's mesh, built once, is passed
     own_mesh: bool = False
     pipeline: Any = None  # the pipeline `module` runs in (image): what a pipeline's flow calls (harness.flows)
+    # the denoising loop `run` goes through (harness.flows.denoising), for a flow that decides per step; None: one run
+    denoising: Any = None
 
     def run_recorded(self, recording) -> Any:
         """`run` once, with `recording` (harness.rank.recorder) around the part the proof covers."""
@@ -73,10 +75,12 @@ TORCH_CP_NOT_SCRIPTED = ("a case under PyTorch's context parallelism is not scri
 
 # The checks every kind's cases get besides its own (harness.run.verdict); `graph_break` under `--fullgraph` only,
 # `load_shards` and `load_config` for the checkpoint loads only (harness.loads), `flow_effect` for the flows that
-# must change the numbers (harness.flows).
+# must change the numbers (harness.flows), `cache_decisions` and `cache_reuse` for the flows that run a denoising loop
+# (a cache: harness.run.decisions).
 COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output placements", figure=False),
                  "graph_break": Check(), "load_shards": Check("ranks' parameters", figure=False),
-                 "load_config": Check(figure=False), "flow_effect": Check()}
+                 "load_config": Check(figure=False), "flow_effect": Check(),
+                 "cache_decisions": Check("steps", figure=False), "cache_reuse": Check(figure=False)}
 
 # The layout families (each with a backend that runs it) the full plan compiles on a model or two besides every model
 # under ulysses2; the whole slice is sized to about 15 minutes of Inductor on 2 cores (docs/compile.md).

@@ -58,6 +58,11 @@ def run_model(model, inputs: dict):
         return model(**inputs, return_dict=False)[0]
 
 
+def _forward(model, inputs: dict, loop):
+    """One forward, or the denoising loop of a flow that decides per step (a cache: harness.flows.denoising)."""
+    return run_model(model, inputs) if loop is None else loop.run(model, inputs, run_model)
+
+
 class TensorKind(Kind):
     name = "tensor"
     help = "one forward of the transformer"
@@ -138,6 +143,7 @@ class TensorKind(Kind):
 
         from harness.catalogue.zoo import get_spec
         from harness.core.dtypes import torch_dtype
+        from harness.flows import denoising
         from harness.rank import loading, noise, torch_cp
 
         dtype, spec = torch_dtype(case.dtype), get_spec(case.model)
@@ -150,10 +156,10 @@ class TensorKind(Kind):
         }
         model.set_attention_backend(case.backend)
         buffers = (lambda: torch_cp.buffers_of(inputs, spec.torch_cp_buffers)) if spec.torch_cp_buffers else None
-        draw = noise.ForwardDraw(model, reference.weights)
-        return Built(model, lambda: draw.run(lambda: run_model(model, inputs)),
+        draw, loop = noise.ForwardDraw(model, reference.weights), denoising.of_flow(case.flow)
+        return Built(model, lambda: draw.run(lambda: _forward(model, inputs, loop)),
                      cp_plan=spec.context_parallel_plan(model.config), twin=draw.twin,
-                     torch_cp_buffers=buffers, torch_cp_output_dim=spec.torch_cp_output_dim)
+                     torch_cp_buffers=buffers, torch_cp_output_dim=spec.torch_cp_output_dim, denoising=loop)
 
     def repro_script(self, case) -> str | None:
         return None if case.layout.is_torch_context_parallel else "tensor.py"

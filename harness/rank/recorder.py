@@ -123,8 +123,9 @@ def _is_dtensor(cls) -> bool:
 
 class RunRecorder:
     """`with RunRecorder(model, scope) as recorder: run()`; then `recorder.kernels` (attention kernel -> executions),
-    `recorder.table` (module -> collective -> [count, bytes]), `recorder.calls` (module -> forward calls) and
-    `recorder.context_calls` (those given a `comms.CONTEXT` tensor): what a communication prediction is scaled by."""
+    `recorder.table` (module -> collective -> [count, bytes]), `recorder.calls` (module -> forward calls that
+    computed: not those a cache answered) and `recorder.context_calls` (those given a `comms.CONTEXT` tensor): what a
+    communication prediction is scaled by."""
 
     def __init__(self, root: torch.nn.Module, scope: torch.nn.Module | None = None):
         self.root, self.scope = root, scope
@@ -134,6 +135,7 @@ class RunRecorder:
         self.calls: dict[str, int] = defaultdict(int)
         self.context_calls: dict[str, int] = defaultdict(int)
         self._stack: list[str] = []
+        self._computed: list[list] = []  # per module call in progress: [whether a submodule ran, its context call]
         self._inside_scope = 0
         self._handles: list = []
         self.dispatched = _Dispatched(self)
@@ -159,7 +161,7 @@ class RunRecorder:
         for name, module in self.root.named_modules():
             self._handles += [module.register_forward_pre_hook(self._enter(name, module), prepend=True,
                                                                with_kwargs=True),
-                              module.register_forward_hook(self._leave(module), always_call=True)]
+                              module.register_forward_hook(self._leave(name, module), always_call=True)]
         for mode in self._modes:
             mode.__enter__()
         return self
@@ -179,19 +181,31 @@ class RunRecorder:
             self.calls[name] += 1
             self._stack.append(name)
             self._inside_scope += is_scope
+            context = False
             if position is not None:
-                context = kwargs.get(comms.CONTEXT, args[position] if position < len(args) else None)
-                self.context_calls[name] += isinstance(context, torch.Tensor)
+                context = isinstance(kwargs.get(comms.CONTEXT, args[position] if position < len(args) else None),
+                                     torch.Tensor)
+                self.context_calls[name] += context
+            if self._computed:
+                self._computed[-1][0] = True
+            self._computed.append([False, context])
 
         return hook
 
-    def _leave(self, module: torch.nn.Module):
-        is_scope = module is self.scope
+    def _leave(self, name: str, module: torch.nn.Module):
+        """A call of a module with submodules that ran none of them returned what a cache kept (diffusers' caches
+        hook the module's forward): it computed nothing and communicated nothing, so it is not counted."""
+        is_scope, has_children = module is self.scope, next(module.children(), None) is not None
 
         def hook(*_):
             if self._stack:
                 self._stack.pop()
             self._inside_scope -= is_scope
+            if self._computed:
+                ran, context = self._computed.pop()
+                if has_children and not ran:
+                    self.calls[name] -= 1
+                    self.context_calls[name] -= context
 
         return hook
 

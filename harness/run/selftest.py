@@ -120,6 +120,12 @@ CONTROLS = [
     # projection built wrong on one rank; the gathered output is wrong in the part that rank computed.
     Control("flux", "ulysses2", "native", "fp32", "lora_scale_one_rank", "> tolerance", flow="lora_scaled"),
     Control("flux", "ulysses2", "native", "fp32", "fused_qkv_one_rank", "> tolerance", flow="fused_qkv"),
+    # A cache that never reuses: the loop's per-step record shows no step computing less (harness.run.decisions)
+    Control("flux", "tp2", "native", "fp32", "cache_never_reuses", "the cache reused nothing", flow="cache_fbc"),
+    # Rank 1's cache decides the other way after its warm-up: qwenimage's all-reduces still pair up (same sizes), so the
+    # run ends and the per-step record names the first step the ranks disagree at
+    Control("qwenimage", "tp2", "native", "fp32", "cache_decides_alone", "step 1: the ranks decided differently",
+            flow="cache_taylorseer"),
     # A known issue excuses only its evidence: a second TP training bug in cells that are XFAIL for the first one
     # (the per-head norm weights) must come out FAIL, naming what the known issue does not.
     Control("flux", "tp2", "native", "fp32", "tp_colwise_input_grad", "x_embedder", "train", Status.XFAIL),

@@ -16,6 +16,7 @@ from harness.kinds import kind_of, repro_template
 from harness.kinds.base import COMPILE_FIGURES
 from harness.rank import comms_check
 from harness.rank.kernels import dispatch_mismatch, function_mismatch, kernel_mismatch
+from harness.run import decisions
 from harness.run.known_issues import KnownIssue
 
 
@@ -66,7 +67,8 @@ def _judge(outcome: Outcome, settings) -> CaseResult:
                                                                              kind.rank_tolerance(policy))
     return settle(result, items + _load_failures(result, record)
                   + _flow_failures(result, record.metrics, kind.flow_effect_limit(policy))
-                  + numbers + _compile_failures(result, record, settings.fullgraph))
+                  + decisions.failures(result, record.steps) + numbers
+                  + _compile_failures(result, record, settings.fullgraph))
 
 
 def settle(result: CaseResult, items: list[Evidence]) -> CaseResult:

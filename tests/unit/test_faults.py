@@ -132,6 +132,8 @@ def _patchable_state() -> dict:
 
     from diffusers import ModelMixin
     from diffusers.hooks.context_parallel import EquipartitionSharder, ModuleForwardMetadata
+    from diffusers.hooks.first_block_cache import FBCHeadBlockHook
+    from diffusers.hooks.taylorseer_cache import TaylorSeerCacheHook
     from diffusers.loaders.peft import PeftAdapterMixin
     from diffusers.models.attention import AttentionModuleMixin
     from diffusers.models.attention_dispatch import _AttentionBackendRegistry
@@ -144,7 +146,7 @@ def _patchable_state() -> dict:
                "diffusers.hooks.tensor_parallel", "torch.nn.functional", "harness.rank.torch_cp"]
     holders = [*map(importlib.import_module, modules), training, training.Batch, ModelMixin, EquipartitionSharder,
                ModuleForwardMetadata, ColwiseParallel, RowwiseParallel, ring._AllGatherRotater, PeftAdapterMixin,
-               AttentionModuleMixin]
+               AttentionModuleMixin, FBCHeadBlockHook, TaylorSeerCacheHook]
     return {"backends": dict(_AttentionBackendRegistry._backends),
             **{(id(holder), name): value for holder in holders for name, value in list(vars(holder).items())}}
 

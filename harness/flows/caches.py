@@ -1,0 +1,89 @@
+"""Flows of diffusers' caches (`model.enable_cache(config)`, its caching guide): each decides per denoising step
+whether to compute or to reuse, so a cache's case runs a short denoising loop (harness.flows.denoising) and every
+rank's decision at every step is recorded and compared.
+
+Each config is set so that one device really reuses at some step of the loop on the tiny zoo (flux and qwenimage:
+fewer `nn.Linear` calls at that step than at the first); a cache that reuses nothing there tests nothing, and its
+case says so (`cache_reuse`).
+"""
+
+from __future__ import annotations
+
+from harness.flows.registry import flow
+
+STEPS = 5  # the loop's steps: room for a warm-up, reuses and full steps between them
+DISTILLED = True  # the loop runs no unconditional branch, as a guidance-distilled model's pipeline does
+
+
+def _cache(hooks_module: str) -> dict:
+    """What every cache flow declares: the diffusers module of its cache (a release without it: SKIP), the model's
+    `enable_cache` and the loop its case runs. Not `changes_numbers`: the loop's one-device output is far from the
+    captured single forward whatever the cache does; what proves the cache acted is a step that computed less
+    (`cache_reuse`, harness.run.decisions)."""
+    return {"needs": (f"diffusers.hooks.{hooks_module}",), "needs_api": ("enable_cache",), "steps": STEPS}
+
+
+@flow("model.enable_cache(FirstBlockCacheConfig(threshold=0.5)): the remaining blocks reused while the first "
+      "block's residual changes by less than half", **_cache("first_block_cache"))
+def cache_fbc(module, setting):
+    from diffusers.hooks import FirstBlockCacheConfig
+
+    module.enable_cache(FirstBlockCacheConfig(threshold=0.5))
+
+
+@flow("model.enable_cache(PyramidAttentionBroadcastConfig(spatial_attention_block_skip_range=2, "
+      "spatial_attention_timestep_skip_range=(100, 800), current_timestep_callback=<the loop's timestep>))",
+      **_cache("pyramid_attention_broadcast"))
+def cache_pab(module, setting):
+    from diffusers.hooks import PyramidAttentionBroadcastConfig
+
+    module.enable_cache(PyramidAttentionBroadcastConfig(
+        spatial_attention_block_skip_range=2, spatial_attention_timestep_skip_range=(100, 800),
+        current_timestep_callback=setting.denoising.current_timestep))
+
+
+@flow("model.enable_cache(FasterCacheConfig(spatial_attention_block_skip_range=2, "
+      "spatial_attention_timestep_skip_range=(-1, 700), is_guidance_distilled=True, current_timestep_callback=<the "
+      "loop's timestep>, attention_weight_callback=lambda _: 0.5))", **_cache("faster_cache"))
+def cache_faster(module, setting):
+    from diffusers.hooks import FasterCacheConfig
+
+    # Two steps above 700 compute first: FasterCache extrapolates from the two outputs before the one it skips
+    module.enable_cache(FasterCacheConfig(
+        spatial_attention_block_skip_range=2, spatial_attention_timestep_skip_range=(-1, 700),
+        is_guidance_distilled=DISTILLED, current_timestep_callback=setting.denoising.current_timestep,
+        attention_weight_callback=lambda _: 0.5))
+
+
+@flow("model.enable_cache(TaylorSeerCacheConfig(cache_interval=2, disable_cache_before_step=1, max_order=1, "
+      "taylor_factors_dtype=<the case's dtype>))", **_cache("taylorseer_cache"))
+def cache_taylorseer(module, setting):
+    from diffusers.hooks import TaylorSeerCacheConfig
+
+    module.enable_cache(TaylorSeerCacheConfig(cache_interval=2, disable_cache_before_step=1, max_order=1,
+                                              taylor_factors_dtype=setting.dtype))
+
+
+@flow("model.enable_cache(MagCacheConfig(threshold=0.5, max_skip_steps=2, num_inference_steps=<the loop's steps>, "
+      "mag_ratios=[1.0] * steps)): flat magnitude ratios, as calibrating a model whose residuals barely change gives",
+      **_cache("mag_cache"))
+def cache_mag(module, setting):
+    from diffusers.hooks import MagCacheConfig
+
+    steps = setting.denoising.steps
+    module.enable_cache(MagCacheConfig(threshold=0.5, max_skip_steps=2, num_inference_steps=steps,
+                                       mag_ratios=[1.0] * steps))
+
+
+@flow("model.enable_cache(SeaCacheConfig(threshold=0.5, raw_vision_callback=<the packed latents as one frame>)), the "
+      "loop's cache_context carrying step_index, sigma and num_inference_steps", **_cache("sea_cache"))
+def cache_sea(module, setting):
+    from diffusers.hooks import SeaCacheConfig
+
+    module.enable_cache(SeaCacheConfig(threshold=0.5, raw_vision_callback=_packed_latents))
+
+
+def _packed_latents(module, args, kwargs) -> list:
+    """SeaCache's adapter for a model it has none for (its own are Wan's and Cosmos 3's; without one it never reuses):
+    the visual latents as (C, T, H, W), here the packed tokens of the one picture as a frame of one column."""
+    return [kwargs["hidden_states"][0].transpose(0, 1).unsqueeze(1).unsqueeze(-1)]
