@@ -56,7 +56,7 @@ def _group(report: CoverageReport, name: str) -> str:
     table, its modules' gaps."""
     modules = report.group(name)
     gaps = "".join(_module_gaps(module) for module in modules if module.functions)
-    return (f'<div class="coverage-group" data-group="{escape(name)}"><h3>{escape(name.capitalize())}</h3>'
+    return (f'<div class="coverage-group" data-coverage-group="{escape(name)}"><h3>{escape(name.capitalize())}</h3>'
             f"<p>{escape(report.group_summary(name))}</p>{_table(modules)}{gaps}</div>")
 
 

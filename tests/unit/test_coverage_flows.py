@@ -52,7 +52,7 @@ def test_each_group_has_its_own_line_and_table_on_the_page():
                                 "statements executed (25.0 %); 3 never: 3 unknown")
     assert CoverageReport.from_dict(report.to_dict()) == report
     section = coverage_section(RunHeader.from_dict({"coverage": report.to_dict()}))
-    assert f'data-group="{PARALLEL}"' in section and f'data-group="{FLOWS}"' in section
+    assert f'data-coverage-group="{PARALLEL}"' in section and f'data-coverage-group="{FLOWS}"' in section
     assert section.index("hooks/context_parallel.py") < section.index(FLOWS) < section.index("loaders/peft.py")
     alone = CoverageReport("0.42.1", report.modules[:1])
     assert FLOWS not in coverage_section(RunHeader.from_dict({"coverage": alone.to_dict()}))
