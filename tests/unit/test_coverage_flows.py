@@ -57,3 +57,20 @@ def test_each_group_has_its_own_line_and_table_on_the_page():
     alone = CoverageReport("0.42.1", report.modules[:1])
     assert FLOWS not in coverage_section(RunHeader.from_dict({"coverage": alone.to_dict()}))
     assert FLOWS not in alone.summary()
+
+
+def test_ab_compares_a_file_measured_in_both_groups_group_by_group():
+    """attention_dispatch.py is parallel code and holds the backend setters the flows call: each group's figure is
+    compared with the same group's."""
+    from harness.core.header import RunHeader
+    from harness.versions.ab_coverage import compare
+
+    def header(parallel_ran: list[int]) -> RunHeader:
+        report = CoverageReport("0.42.1", [_module("models/attention_dispatch.py", PARALLEL, parallel_ran),
+                                           _module("models/attention_dispatch.py", FLOWS, [1, 2])])
+        return RunHeader.from_dict({"coverage": report.to_dict()})
+
+    assert not any(line.startswith("models/attention_dispatch.py") for line in compare(header([1]), header([1])).lines)
+    changed = [line for line in compare(header([1]), header([1, 2, 3])).lines
+               if line.startswith("models/attention_dispatch.py")]
+    assert changed == ["models/attention_dispatch.py: 1/4 -> 3/4 (75.0 %)"]
