@@ -21,6 +21,9 @@ REFUSED = "refused by diffusers"  # diffusers' own refusal, and no case provokes
 NOT_IN_PLAN = "not in this plan"  # a value of an axis (or a check) that reaches it, not run here
 UNKNOWN = "unknown"  # nothing the harness knows explains it: a gap to look at
 CATEGORIES = (CUDA_ONLY, REFUSED, NOT_IN_PLAN, UNKNOWN)
+# The groups of measured modules (harness.catalogue.coverage.scope), as the reports name them.
+PARALLEL = "parallel code"
+FLOWS = "code the flows touch under parallelism"  # measured when a run has flows
 
 
 @dataclass
@@ -73,6 +76,7 @@ class ModuleCoverage:
     functions: list[FunctionCoverage] = field(default_factory=list)
     absent: str = ""
     source: str = ""  # the URL of the file at the installed diffusers' release ("" when unknown)
+    group: str = PARALLEL
 
     @property
     def statements(self) -> int:
@@ -87,13 +91,14 @@ class ModuleCoverage:
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "title": self.title, "absent": self.absent, "source": self.source,
-                "statements": self.statements, "executed": self.executed,
+                "group": self.group, "statements": self.statements, "executed": self.executed,
                 "functions": [f.to_dict() for f in self.functions]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModuleCoverage:
         functions = [FunctionCoverage.from_dict(f) for f in data.get("functions", [])]
-        return cls(data["key"], data.get("title", ""), functions, data.get("absent", ""), data.get("source", ""))
+        return cls(data["key"], data.get("title", ""), functions, data.get("absent", ""), data.get("source", ""),
+                   data.get("group", PARALLEL))
 
 
 @dataclass
@@ -116,15 +121,26 @@ class CoverageReport:
     def by_category(self) -> dict[str, int]:
         return _tally(gap for m in self.modules for f in m.functions for gap in f.gaps)
 
+    def group(self, name: str) -> list[ModuleCoverage]:
+        return [m for m in self.modules if m.group == name]
+
+    @property
+    def groups(self) -> list[str]:
+        return list(dict.fromkeys(m.group for m in self.modules))
+
     def summary(self) -> str:
-        """The one line results.json, matrix.md and the terminal carry."""
-        if not self.statements:
-            return f"diffusers {self.diffusers} parallel code: nothing measured"
-        missing = self.statements - self.executed
-        tally = self.by_category()
-        why = ", ".join(f"{tally[name]} {name}" for name in CATEGORIES if tally.get(name))
-        return (f"diffusers {self.diffusers} parallel code: {self.executed}/{self.statements} statements executed "
-                f"({percent(self.executed, self.statements)}); {missing} never" + (f": {why}" if why else ""))
+        """The one line results.json, matrix.md and the terminal carry: each group measured, the parallel code first."""
+        return "; and ".join(self.group_summary(name) for name in self.groups or [PARALLEL])
+
+    def group_summary(self, name: str) -> str:
+        modules = self.group(name)
+        statements, executed = sum(m.statements for m in modules), sum(m.executed for m in modules)
+        if not statements:
+            return f"diffusers {self.diffusers} {name}: nothing measured"
+        tally = _tally(gap for m in modules for f in m.functions for gap in f.gaps)
+        why = ", ".join(f"{tally[category]} {category}" for category in CATEGORIES if tally.get(category))
+        return (f"diffusers {self.diffusers} {name}: {executed}/{statements} statements executed "
+                f"({percent(executed, statements)}); {statements - executed} never" + (f": {why}" if why else ""))
 
     def to_dict(self) -> dict[str, Any]:
         return {"summary": self.summary(), "diffusers": self.diffusers, "processes": self.processes,
@@ -174,7 +190,7 @@ def merge(reports: list[CoverageReport]) -> CoverageReport | None:
             ran = sorted({line for part in parts for line in part.executed})
             merged.append(FunctionCoverage(function.name, function.first, function.last, function.statements, ran,
                                            _gravest(function.statements, ran, parts)))
-        modules.append(ModuleCoverage(module.key, module.title, merged, module.absent, module.source))
+        modules.append(ModuleCoverage(module.key, module.title, merged, module.absent, module.source, module.group))
     return CoverageReport(first.diffusers, modules, sum(r.processes for r in reports),
                           "; ".join(sorted({r.note for r in reports if r.note})))
 

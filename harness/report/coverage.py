@@ -45,16 +45,24 @@ def coverage_section(header: RunHeader) -> str:
     if report is None:
         return ""
     note = f'<p class="muted">{escape(report.note)}</p>' if report.note else ""
-    modules = "".join(_module_gaps(module) for module in report.modules if module.functions)
+    groups = "".join(_group(report, name) for name in report.groups)
     return (f'<section id="{ANCHOR}"><style>{STYLE}</style><h2>Coverage of diffusers\' parallel code</h2>'
-            f"<p>{escape(report.summary())} (statements of function bodies, from every rank of "
-            f"{report.processes} process{'' if report.processes == 1 else 'es'}).</p>{note}"
-            f"{_table(report)}{modules}</section>")
+            f"<p>Statements of function bodies, from every rank of {report.processes} "
+            f"process{'' if report.processes == 1 else 'es'}.</p>{note}{groups}</section>")
 
 
-def _table(report: CoverageReport) -> str:
+def _group(report: CoverageReport, name: str) -> str:
+    """One group of modules (the parallel code; the code the flows touch, when the run had flows): its line, its
+    table, its modules' gaps."""
+    modules = report.group(name)
+    gaps = "".join(_module_gaps(module) for module in modules if module.functions)
+    return (f'<div class="coverage-group" data-coverage-group="{escape(name)}"><h3>{escape(name.capitalize())}</h3>'
+            f"<p>{escape(report.group_summary(name))}</p>{_table(modules)}{gaps}</div>")
+
+
+def _table(modules: list[ModuleCoverage]) -> str:
     heads = "".join(f'<th scope="col">{escape(name)}</th>' for name in CATEGORIES)
-    rows = "".join(_row(module) for module in report.modules)
+    rows = "".join(_row(module) for module in modules)
     return ('<table class="cases coverage-table"><thead><tr><th scope="col">module</th><th scope="col">measured</th>'
             f'<th scope="col">executed</th><th scope="col">%</th>{heads}</tr></thead><tbody>{rows}</tbody></table>')
 

@@ -32,8 +32,9 @@ class Measure:
         return [str(found.path) for found in self.scopes if found.path is not None]
 
 
-def prepare(enabled: bool, workdir: Path) -> Measure | None:
-    """What the ranks measure and where they write it; None when the run does not measure coverage."""
+def prepare(enabled: bool, workdir: Path, flows: bool = False) -> Measure | None:
+    """What the ranks measure and where they write it; None when the run does not measure coverage. With `flows`
+    (the run has flow cases) the modules the flows touch are measured too, as a group of their own."""
     if not enabled:
         return None
     try:
@@ -41,7 +42,7 @@ def prepare(enabled: bool, workdir: Path) -> Measure | None:
     except ImportError:
         raise HarnessError("option coverage: coverage.py is not installed here (pip install coverage, or "
                            "reinstall the harness: it is a dependency)") from None
-    return Measure(workdir / FOLDER, scope.scopes())
+    return Measure(workdir / FOLDER, scope.scopes(scope.PARTS + (scope.FLOW_PARTS if flows else ())))
 
 
 def report(measure: Measure, results: list[CaseResult], environment: dict, kept: int = 0) -> CoverageReport:
@@ -65,7 +66,7 @@ def report(measure: Measure, results: list[CaseResult], environment: dict, kept:
 
 def _module(found: scope.ModuleScope, facts: reasons.Facts, combined, ref: str) -> ModuleCoverage:
     if found.path is None:
-        return ModuleCoverage(found.key, found.part.title, absent=found.absent)
+        return ModuleCoverage(found.key, found.part.title, absent=found.absent, group=found.part.group)
     # coverage.py's own analysis: the lines a rank traced mapped to their statements (a statement over several
     # lines may be traced on a later one)
     _, listed, _, never, _ = combined.analysis2(str(found.path))
@@ -79,7 +80,8 @@ def _module(found: scope.ModuleScope, facts: reasons.Facts, combined, ref: str) 
         missing = [line for line in measured if line not in ran]
         functions.append(FunctionCoverage(function.name, function.first, function.last, measured, executed,
                                           reasons.classify(found, function.name, missing, facts)))
-    return ModuleCoverage(found.key, found.part.title, functions, source=SOURCE.format(ref=ref, key=found.key))
+    return ModuleCoverage(found.key, found.part.title, functions, source=SOURCE.format(ref=ref, key=found.key),
+                          group=found.part.group)
 
 
 def plan_facts(results: list[CaseResult]) -> reasons.Facts:

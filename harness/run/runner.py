@@ -128,7 +128,8 @@ class _Run:
                  f"case(s) (--compile-cases '*' compiles every case of the plan; --modes all runs every mode)")
         refusals = {p.case.case_id: p.expected_refusal for p in plan if p.expected_refusal is not None}
         kept = self.kept = len(done)
-        self.measure = coverage_run.prepare(settings.coverage, launches_folder(report_dir))
+        has_flows = any(case.flow != flows.NONE for case in todo)
+        self.measure = coverage_run.prepare(settings.coverage, launches_folder(report_dir), has_flows)
         try:
             stats = _launch_all(todo, settings, report_dir, self.issues, refusals, done, echo, self.measure)
             localizing = time.monotonic()

@@ -59,10 +59,10 @@ def unrun_in_head(base: CoverageReport, head: CoverageReport) -> list[str]:
 
 
 def _modules(base: CoverageReport, head: CoverageReport) -> list[str]:
-    old = {module.key: module for module in base.modules}
+    old = {(module.group, module.key): module for module in base.modules}  # a file may be in both groups
     out = []
     for module in head.modules:
-        was = old.get(module.key)
+        was = old.get((module.group, module.key))
         if was is None or (was.executed, was.statements) != (module.executed, module.statements):
             before = "absent" if was is None else f"{was.executed}/{was.statements}"
             out.append(f"{module.key}: {before} -> {module.executed}/{module.statements} "

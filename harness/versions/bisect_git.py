@@ -1,8 +1,9 @@
 """`harness bisect` over a git range of one diffusers checkout: `git bisect run` in a detached worktree of our own
 (bisect state is per worktree, so the user's checkout, its HEAD and any bisect of its own are left alone), each step
 `python -m harness.versions.bisect_git STATE` here: it builds (or reuses) the commit's environment, runs the cases,
-prints one line per case and exits 0 (like the old end), 1 (like the new end) or 125 (cannot be tested: git skips
-it). Terms: `good`/`bad` when searching for the breakage, `broken`/`fixed` when searching for the fix.
+prints one line per case and exits 0 (like the old end), 1 (like the new end) or 125 (cannot be tested, or a case
+SKIP or N/A there: git skips it). Terms: `good`/`bad` when searching for the breakage, `broken`/`fixed` when
+searching for the fix.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from harness.core.errors import HarnessError
 from harness.versions.revisions import Revision, checkout, git
-from harness.versions.search import Echo, Search, Step, ends, finish
+from harness.versions.search import Echo, Search, Step, ends, finish, must_run
 
 _GIT_VARIABLES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_PREFIX", "GIT_COMMON_DIR")
 
@@ -30,6 +31,7 @@ def over_git(good: Revision, bad: Revision, search: Search, echo: Echo) -> int:
     fix = old is bad
     terms = ("broken", "fixed") if fix else ("good", "bad")
     first, last = ends(good, bad, search, echo)
+    must_run(first if new is good else last)  # the older end may not run the cases: git skips those after it
     state = search.report_dir / "bisect-state.json"
     steps = search.report_dir / "steps.jsonl"
     steps.unlink(missing_ok=True)
@@ -132,6 +134,8 @@ def step(state_path: str) -> int:
     with open(state["steps"], "a") as handle:
         handle.write(json.dumps({"commit": commit, **result.to_dict()}) + "\n")
     search.say(result, echo)
+    if result.cannot_run():
+        return 125
     return 0 if search.is_good(result) != state["fix"] else 1
 
 

@@ -2,10 +2,11 @@
 
 An environment holds the same torch as this one (`torch==<this version>`, or the requirement in HARNESS_TORCH, as
 the noxfile takes it; the torch it got is checked against this one's), the revision's diffusers with its
-dependencies, the harness's other dependencies, and this harness checkout installed editable without dependencies
-(so the pinned diffusers stays, and the harness's code is always this checkout's). The key is a hash of: the Python
-version, the torch version and requirement, the diffusers requirement (a release) or the git tree of its source (a
-checkout), and the harness's requirements (from its pyproject.toml; its settings there install nothing). An
+dependencies, the harness's other dependencies and the packages its flows need (peft), and the harness checkout
+that built it installed editable without dependencies (so the pinned diffusers stays; a run in it puts the asking
+checkout's harness first on its path: harness.versions.sides). The key is a hash of: the Python version, the torch
+version and requirement, the diffusers requirement (a release) or the git tree of its source (a checkout), the
+flows' packages, and the harness's requirements (from its pyproject.toml; its settings there install nothing). An
 environment counts as built only once its marker file is written, last: one left half-built by an interrupted build
 is removed and built again. A lock file keeps two builds of the same key from running at once.
 
@@ -88,7 +89,8 @@ def _torch_version() -> str:
 def key_material(revision: Revision) -> dict:
     return {"format": FORMAT, "python": f"{sys.implementation.name} {platform.python_version()}",
             "torch": _torch_version(), "torch_requirement": torch_requirement(),
-            "harness_requirements": _requirements_hash(), **revision.key_material()}
+            "harness_requirements": _requirements_hash(), "flow_packages": flow_packages(),
+            **revision.key_material()}
 
 
 def _requirements_hash() -> str:
@@ -148,7 +150,8 @@ def _build(folder: Path, revision: Revision, cache: Path, run: Runner) -> dict:
     pip = [str(folder / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
     _step(run, [*pip, torch_requirement()], log, revision, f"install {torch_requirement()}")
     with _source(revision, cache) as diffusers:
-        _step(run, [*pip, diffusers, *harness_dependencies()], log, revision, f"install {diffusers}")
+        _step(run, [*pip, diffusers, *harness_dependencies(), *flow_packages()], log, revision,
+              f"install {diffusers}")
     _step(run, [*pip, "--no-deps", "-e", str(harness_root())], log, revision, "install the harness")
     probe = _step(run, [str(folder / "bin" / "python"), "-c", _PROBE], log, revision, "read its versions")
     info = json.loads(probe.stdout.strip().splitlines()[-1])
@@ -158,6 +161,14 @@ def _build(folder: Path, revision: Revision, cache: Path, run: Runner) -> dict:
     if revision.version is not None and info["diffusers"] != revision.version:
         raise HarnessError(f"the environment for {revision.label} got diffusers {info['diffusers']}")
     return info
+
+
+def flow_packages() -> list[str]:
+    """What the flows need besides diffusers (their `needs`: peft for the LoRA flows), as pip names: a revision's
+    flow cases must run there as here, not SKIP for a package its environment lacks."""
+    from harness import flows
+
+    return sorted({need.replace(".", "-") for flow in flows.REGISTERED.values() for need in flow.needs})
 
 
 def harness_dependencies() -> list[str]:

@@ -6,9 +6,11 @@ case). It reads the reference file from beside itself, else from where it was wh
 
 The script is the case's kind's template (harness/versions/repro_scripts/) below a generated CASE dict: what the
 harness knows of the case that the reference does not hold (layout, backend, dtype, the fields of the policy its kind
-judges it by, the training recipe's timestep convention). Supported: tensor cases on every layout; train cases on one
-device and on context-parallel layouts (tensor- and data-parallel training gathers DTensors and runs FSDP in harness
-code). Image cases run a whole pipeline and are not scripted.
+judges it by, the training recipe's timestep convention); a case with a flow gets the flow's own code too, and is
+judged as the harness judges it, against one device making the same calls (harness.versions.repro_flow).
+Supported: tensor cases on every layout; train cases on one device and on context-parallel layouts (tensor- and
+data-parallel training gathers DTensors and runs FSDP in harness code). Image cases run a whole pipeline and are
+not scripted.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from harness.core.errors import HarnessError
 from harness.core.reference import read_meta, reference_path
 from harness.kinds import kind_of, repro_template
 from harness.versions.cases import planned
+from harness.versions.repro_flow import flow_data, flow_part
 
 SCRIPTS = Path(__file__).with_name("repro_scripts")
 MARKER = "# --- script ---\n"
@@ -66,7 +69,7 @@ def _case_data(case, settings, path: Path, meta: dict) -> dict:
                        "anything": layout.anything, "mesh_shape": list(mesh[0]), "mesh_names": list(mesh[1])},
             "reference": {"name": path.name, "path": str(path)},
             **asdict(kind_of(case.kind).policy(settings, case.dtype)), **_spec_data(case.model, meta),
-            "load": _load_data(case.load)}
+            "load": _load_data(case.load), "flow": flow_data(case)}
     return data
 
 
@@ -101,6 +104,7 @@ def script_text(case, template: str, data: dict, out: Path) -> str:
               f"Run: {run_command(Path(out.name), case.world_size)}\n"
               f"Written by `harness repro {case.case_id}`.\n\"\"\"\n\n"
               f"CASE = {pprint.pformat(data, width=116, sort_dicts=False)}\n")
-    parts = [(SCRIPTS / name).read_text(encoding="utf-8").split(MARKER, 1)[1]
-             for name in ("common.py", template)]
-    return header + re.sub(r"  # noqa: E402.*", "", "".join(parts))  # the lint notes are for the templates
+    common, kind = [(SCRIPTS / name).read_text(encoding="utf-8").split(MARKER, 1)[1]
+                    for name in ("common.py", template)]
+    text = header + common + flow_part(case) + kind
+    return re.sub(r"  # noqa: E402.*", "", text)  # the lint notes are for the templates

@@ -42,6 +42,12 @@ class Step:
     def lines(self) -> list[str]:
         return [f"{case_id} {status_line(case)}" for case_id, case in self.cases.items()]
 
+    def cannot_run(self) -> str | None:
+        """Why this revision cannot test the cases, or None: one did not run (SKIP or N/A, e.g. an older release
+        without the API a flow needs or the config a layout needs), so its status says nothing of the change."""
+        idle = [f"{case_id} {status_line(case)}" for case_id, case in self.cases.items() if not case.status.ran]
+        return "; ".join(idle) or None
+
 
 @dataclass
 class Search:
@@ -52,7 +58,7 @@ class Search:
     flags: list[str]
     report_dir: Path
     cache: Path
-    good: dict | None = None  # {case_id: status} at --good
+    good: dict | None = None  # {case_id: status} at --good (None while the oldest release that runs them is sought)
     overrides: dict | None = None  # the options given (for the plan a repro script is checked against)
 
     def evaluate(self, revision: Revision, echo: Echo) -> Step:
@@ -71,23 +77,32 @@ class Search:
         return step.statuses() == self.good
 
     def say(self, step: Step, echo: Echo) -> None:
-        verdict = "good" if self.is_good(step) else "bad"
+        verdict = "cannot run it, neither good nor bad" if step.cannot_run() else \
+            "runs it" if self.good is None else "good" if self.is_good(step) else "bad"
         for line in step.lines():
             echo(f"bisect: {step.label}: {line} -> {verdict}")
 
 
 def ends(good: Revision, bad: Revision, search: Search, echo: Echo) -> tuple[Step, Step]:
-    """Both ends, --good first (it captures any missing reference); the same statuses at both is an error."""
+    """Both ends, --good first (it captures any missing reference); the same statuses at both is an error where
+    both ran the cases (an end that could not is for the caller: over releases, the older end may be one)."""
     first = search.evaluate(good, echo)
     search.good = first.statuses()
     search.say(first, echo)
     last = search.evaluate(bad, echo)
     search.say(last, echo)
-    if last.statuses() == first.statuses():
+    if last.statuses() == first.statuses() and not (first.cannot_run() or last.cannot_run()):
         said = "; ".join(f"{case_id} {status}" for case_id, status in first.statuses().items())
         raise HarnessError(f"the case never changes between {good.label} and {bad.label} ({said} at both ends): "
                            "nothing to bisect")
     return first, last
+
+
+def must_run(step: Step) -> None:
+    """An end the search compares against has to run the cases: else one clear line saying why it did not."""
+    if step.cannot_run():
+        raise HarnessError(f"{step.label} cannot run the case(s), so it is neither good nor bad: "
+                           f"{step.cannot_run()}; give an end that runs them")
 
 
 def finish(before: Step, after: Step, skipped: list[str], search: Search, echo: Echo) -> int:
@@ -96,14 +111,29 @@ def finish(before: Step, after: Step, skipped: list[str], search: Search, echo: 
                         for case_id in search.case_ids)
     where = f"between {before.label} and {after.label} (untestable: {', '.join(skipped)})" if skipped else \
         after.label
-    lines = [f"bisect: first revision that changed ({changes}): {where}",
-             *(f"  {before.label}: {line}" for line in before.lines()),
-             *(f"  {after.label}: {line}" for line in after.lines())]
+    return _report([f"bisect: first revision that changed ({changes}): {where}",
+                    *(f"  {before.label}: {line}" for line in before.lines()),
+                    *(f"  {after.label}: {line}" for line in after.lines())], (before, after), search, echo)
+
+
+def present_since(oldest: Step, unrunnable: list[Step], search: Search, echo: Echo) -> int:
+    """No revision that runs the cases changed them: the oldest that runs them already has the newer end's
+    statuses; the older ones could not run them (each with why), so they count as neither good nor bad."""
+    statuses = ", ".join(f"{case_id} {status}" for case_id, status in oldest.statuses().items())
+    return _report([f"bisect: every revision that can run the case(s) has the same statuses ({statuses}), from "
+                    f"{oldest.label}, the oldest that runs them",
+                    *(f"  {oldest.label}: {line}" for line in oldest.lines()),
+                    *(f"  {step.label}: cannot run it: {step.cannot_run()}" for step in unrunnable)],
+                   (oldest,), search, echo)
+
+
+def _report(lines: list[str], steps: tuple[Step, ...], search: Search, echo: Echo) -> int:
+    """Say the end of the search, keep it in bisect.md, and write a repro script for each FAIL it shows."""
     for line in lines:
         echo(line)
     search.report_dir.mkdir(parents=True, exist_ok=True)
     (search.report_dir / "bisect.md").write_text("\n".join(["```", *lines, "```", ""]), encoding="utf-8")
-    for step in (before, after):
+    for step in steps:
         for case_id in [case_id for case_id, case in step.cases.items() if case.status is Status.FAIL]:
             echo(f"repro ({step.label}) {case_id}: {_repro(case_id, step, search)}")
     return 0

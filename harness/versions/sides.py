@@ -3,6 +3,7 @@ this folder (so the same `[tool.harness]` applies), its output kept in a log, an
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections import Counter
 from collections.abc import Callable
@@ -12,7 +13,7 @@ from harness.core.errors import HarnessError
 from harness.core.figures import is_number
 from harness.core.header import RunHeader
 from harness.core.results import RESULTS_FILE, CaseResult, Status, read_results
-from harness.versions.envs import Env
+from harness.versions.envs import Env, harness_root
 
 
 def run_harness(env: Env, args: list[str], log: Path, echo: Callable[[str], None] | None = None,
@@ -20,7 +21,7 @@ def run_harness(env: Env, args: list[str], log: Path, echo: Callable[[str], None
     """`harness <args>` in `env`, every line into `log` (and through `echo`, prefixed); its exit code. A user error
     of that run (exit 2) is this command's error too, with that run's own message."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as handle, subprocess.Popen(env.harness(*args), stdout=subprocess.PIPE,
+    with open(log, "w") as handle, subprocess.Popen(env.harness(*args), stdout=subprocess.PIPE, env=this_harness(),
                                                     stderr=subprocess.STDOUT, text=True) as process:
         handle.write(f"$ {' '.join(env.harness(*args))}\n")
         try:
@@ -38,6 +39,14 @@ def run_harness(env: Env, args: list[str], log: Path, echo: Callable[[str], None
         raise HarnessError(f"{env.revision.label}: " + (said[-1].removeprefix("harness: error: ") if said else
                                                          f"harness {args[0]} exited 2") + f" (log: {log})")
     return code
+
+
+def this_harness() -> dict[str, str]:
+    """The environment of a side's run: this checkout's harness first on its path (and its ranks'). A cached
+    environment installs the harness editable from the checkout that built it, which may be another one, older
+    than this (without the flows a case names); the harness that runs is the one that was asked."""
+    paths = [str(harness_root()), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}
 
 
 def results(report_dir: Path) -> tuple[RunHeader, list[CaseResult]]:

@@ -115,3 +115,64 @@ def test_a_git_bisect_step_reaches_the_parent_as_the_records_it_ran(tmp_path):
     steps.write_text(json.dumps({"commit": "abc1234", **step.to_dict()}) + "\n")
     assert _read_steps(steps) == {"abc1234": step}
     assert step.lines()[0] == "flux/single/native/fp32/tensor PASS max_abs_err=0"
+
+
+CASE = "flux/tp2/native/fp32/tensor/add_adapter_after"
+
+
+def _fake_search(tmp_path, monkeypatch, statuses: dict[str, str]):
+    """A Search whose runs read each release's status from `statuses` (N/A: the release cannot run the case), and
+    the releases it was asked for."""
+    from harness.core.results import CaseResult, Status
+    from harness.versions.search import Search
+
+    monkeypatch.setattr(bisect, "released_versions", lambda: RELEASES)
+    asked = []
+
+    def evaluate(self, revision, echo):
+        asked.append(revision.version)
+        status = Status(statuses[revision.version])
+        case = CaseResult(CASE, "flux", "default", "tensor", "tp2", 2, "native", "fp32", status,
+                          reason="no TensorParallelConfig" if not status.ran else "")
+        return Step(revision.label, {CASE: case})
+
+    monkeypatch.setattr(Search, "evaluate", evaluate)
+    return Search([CASE], [], tmp_path, tmp_path), asked
+
+
+def _run(tmp_path, monkeypatch, statuses, good="0.36.0", bad="0.42.1"):
+    search, asked = _fake_search(tmp_path, monkeypatch, statuses)
+    lines = []
+    code = bisect.over_releases(revisions.parse_revision(f"diffusers=={good}"),
+                                revisions.parse_revision(f"diffusers=={bad}"), search, lines.append)
+    return code, lines, asked
+
+
+def test_releases_that_cannot_run_a_case_are_neither_good_nor_bad(tmp_path, monkeypatch):
+    # tensor parallelism from 0.40.0: the releases before are N/A; the case FAILs from 0.41.0 on
+    statuses = {"0.36.0": "N/A", "0.37.0": "N/A", "0.37.1": "N/A", "0.38.0": "N/A", "0.39.0": "N/A",
+                "0.40.0": "PASS", "0.41.0": "FAIL", "0.42.0": "FAIL", "0.42.1": "FAIL"}
+    code, lines, asked = _run(tmp_path, monkeypatch, statuses)
+    assert code == 0 and f"first revision that changed ({CASE} PASS -> FAIL): diffusers 0.41.0" in "\n".join(lines)
+    assert any("diffusers 0.39.0" in line and "cannot run it, neither good nor bad" in line for line in lines)
+    assert not any("N/A" in line and line.endswith(("-> good", "-> bad")) for line in lines)
+    assert len(asked) == len(set(asked))  # each release runs once
+
+
+def test_a_finding_present_in_the_oldest_release_that_runs_it_is_said_so(tmp_path, monkeypatch):
+    statuses = {version: "N/A" for version in RELEASES} | {"0.40.0": "FAIL", "0.41.0": "FAIL", "0.42.0": "FAIL",
+                                                           "0.42.1": "FAIL"}
+    code, lines, _ = _run(tmp_path, monkeypatch, statuses)
+    said = "\n".join(lines)
+    assert code == 0 and "the same statuses" in said and "from diffusers 0.40.0, the oldest that runs them" in said
+    assert "diffusers 0.36.0: cannot run it: " in said and "first revision that changed" not in said
+    # its negative control: the same run with 0.40.0 passing names the change instead
+    code, lines, _ = _run(tmp_path, monkeypatch, {**statuses, "0.40.0": "PASS"})
+    said = "\n".join(lines)
+    assert f"({CASE} PASS -> FAIL): diffusers 0.41.0" in said and "0.40.0: " + CASE + " PASS -> runs it" in said
+
+
+def test_a_newer_end_that_cannot_run_the_case_is_one_clear_line(tmp_path, monkeypatch):
+    statuses = {version: "N/A" for version in RELEASES} | {"0.36.0": "FAIL"}
+    with pytest.raises(HarnessError, match="diffusers 0.42.1 cannot run the case.*neither good nor bad"):
+        _run(tmp_path, monkeypatch, statuses)

@@ -118,3 +118,25 @@ def test_a_checkout_builds_from_a_worktree_that_is_gone_afterwards(tmp_path):
 def test_installed_is_this_environment():
     env = envs.env_for(Revision("installed", "installed"), envs.Path("/nonexistent"), echo=lambda line: None)
     assert env.python == envs.Path(envs.sys.executable) and env.folder is None
+
+
+def test_an_environment_gets_what_the_flows_need_and_its_key_says_so(tmp_path, monkeypatch):
+    from harness import flows
+
+    needs = {need for flow in flows.REGISTERED.values() for need in flow.needs}
+    assert needs and set(envs.flow_packages()) == needs  # from the registry: peft for the LoRA flows
+    pip = FakePip()
+    envs.env_for(parse_revision("diffusers==0.38.0"), tmp_path, echo=lambda line: None, run=pip)
+    install = next(command for command in pip.commands if "diffusers==0.38.0" in command)
+    assert set(envs.flow_packages()) <= set(install)
+    key = envs.env_key(envs.key_material(parse_revision("diffusers==0.38.0")))
+    monkeypatch.setattr(envs, "flow_packages", lambda: [])  # negative control: without them, another environment
+    assert envs.env_key(envs.key_material(parse_revision("diffusers==0.38.0"))) != key
+
+
+def test_a_side_runs_the_asking_checkouts_harness_first():
+    """A cached environment's editable harness is the checkout that built it, maybe an older one without the flows a
+    case names: the side's path starts with this checkout."""
+    from harness.versions.sides import this_harness
+
+    assert this_harness()["PYTHONPATH"].split(envs.os.pathsep)[0] == str(envs.harness_root())

@@ -99,3 +99,30 @@ def test_a_train_script_prints_the_matrix_figure_of_a_finding(tmp_path, opt_in):
     assert row["status"] == "XFAIL" and figure > 1e-3
     assert f"step-1 gradients rel L2 err (all parameters) {figure!r}" in printed
     assert printed.strip().splitlines()[-1].startswith(f"{case_id}: FAIL (loss rel err")
+
+
+PROCESSOR_AFTER = "flux/ulysses2/native/fp32/tensor/processor_after"
+
+
+@pytest.mark.parametrize("case_id, call, more", [(PROCESSOR_AFTER, "processor", set()),
+                                                 ("flux/tp2/native/fp32/tensor/add_adapter_after", "add_adapter",
+                                                  {"peft"})])
+def test_a_flow_case_carries_the_flows_own_code_and_no_harness(tmp_path, case_id, call, more):
+    out, _ = repro.write_repro(case_id, tmp_path / "repro.py")
+    text = out.read_text()
+    assert imported(text) - set(sys.stdlib_module_names) == {"torch", "diffusers", "safetensors", *more}
+    assert f"def {call}(module, setting):" in text and f"    {call}(module, Setting(*setting))" in text
+    assert "'position': 'after'" in text
+    plain, _ = repro.write_repro(case_id.rpartition("/")[0], tmp_path / "plain.py")  # negative control
+    assert "def FLOW(" not in plain.read_text() and "'flow': None" in plain.read_text()
+
+
+@pytest.mark.slow
+def test_a_flow_script_prints_the_matrix_figure_of_a_finding(tmp_path):
+    """set_attn_processor after context parallelism (a FAIL of 0.42.1): the script makes the flow's calls and is
+    judged against one device making them, as the harness is."""
+    row, printed = matrix_and_script(tmp_path, PROCESSOR_AFTER, 2)
+    figure = figure_of(row, "max_abs_err")
+    assert row["status"] == "FAIL" and figure > 1e-3
+    assert f"ulysses2 (native, fp32) vs reference: max abs err {figure!r}" in printed
+    assert printed.strip().splitlines()[-1].startswith(f"{PROCESSOR_AFTER}: FAIL (max abs err")

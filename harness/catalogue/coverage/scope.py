@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.core.coverage import FLOWS, PARALLEL
+
 # Names that carry the parallel configuration through diffusers' code (keyword arguments, attributes, locals).
 TOKENS = frozenset({"_parallel_config", "parallel_config", "context_parallel_config", "tensor_parallel_config",
                     "cp_config", "tp_config", "cp_plan", "_cp_plan", "_tp_plan", "tp_shard_specs",
@@ -37,12 +39,15 @@ PARALLEL_NAME = re.compile(r"parallelism|parallel_config|context_parallel|tensor
 @dataclass(frozen=True)
 class Part:
     """A module of diffusers' parallel code: where it lives (`module`, or the module of the object `locate` names,
-    `package:attribute`), what of it is measured (`whole`), in words (`title`)."""
+    `package:attribute`), what of it is measured (`whole`, or only the `functions` named, each whole), in words
+    (`title`), and its group."""
 
     module: str
     title: str
     whole: bool
     locate: str = ""
+    group: str = PARALLEL
+    functions: tuple[str, ...] = ()
 
 
 PARTS = (
@@ -54,6 +59,29 @@ PARTS = (
          "ring / Ulysses attention they call", False, "diffusers.models.attention_dispatch:dispatch_attention_fn"),
     Part("diffusers.models.modeling_utils", "ModelMixin's parallel paths (enable_parallelism, the parallel_config "
          "branches of from_pretrained and of loading)", False, "diffusers:ModelMixin"),
+)
+# What the flows (harness/flows) call around enable_parallelism, measured when a run has flows: the LoRA/PEFT
+# integration, the hooks (caches, group offloading, layerwise casting), the processor and backend setters and the
+# QKV fusion. A module a release lacks is absent, as above.
+_HOOKS = (("hooks", "the hook registry every hook below goes through"), ("group_offloading", "group offloading"),
+          ("layerwise_casting", "layerwise casting"), ("first_block_cache", "First Block Cache"),
+          ("pyramid_attention_broadcast", "Pyramid Attention Broadcast"), ("faster_cache", "FasterCache"),
+          ("taylorseer_cache", "TaylorSeer cache"), ("mag_cache", "MagCache"))
+FLOW_PARTS = (
+    Part("diffusers.loaders.peft", "LoRA/PEFT integration: load_lora_adapter, set_adapters, fuse_lora, add_adapter "
+         "and the tensor-parallel guard", True, group=FLOWS),
+    Part("diffusers.utils.peft_utils", "PEFT helpers: scales, adapter layers, the state-dict checks", True,
+         group=FLOWS),
+    *(Part(f"diffusers.hooks.{name}", f"hooks: {title}", True, group=FLOWS) for name, title in _HOOKS),
+    Part("diffusers.models.attention", "processor and backend setters, QKV fusion", False, group=FLOWS,
+         functions=("AttentionMixin.attn_processors", "AttentionMixin.set_attn_processor",
+                    "AttentionMixin.fuse_qkv_projections", "AttentionMixin.unfuse_qkv_projections",
+                    "AttentionModuleMixin.set_processor", "AttentionModuleMixin.set_attention_backend",
+                    "AttentionModuleMixin.fuse_projections", "AttentionModuleMixin.unfuse_projections")),
+    Part("diffusers.models.attention_dispatch", "the backend setters", False, group=FLOWS,
+         locate="diffusers.models.attention_dispatch:dispatch_attention_fn",
+         functions=("_AttentionBackendRegistry.set_active_backend", "attention_backend",
+                    "_check_attention_backend_requirements")),
 )
 
 
@@ -107,7 +135,8 @@ def scopes(parts=PARTS) -> list[ModuleScope]:
     """Every part of the list, resolved against the installed diffusers."""
     root = package_root()
     found = [(part, locate(part)) for part in parts]
-    whole = {_dotted(path, root) for part, path in found if path is not None and part.whole}
+    # the parallel modules' names called elsewhere are parallel code; the flows' modules add none to that
+    whole = {_dotted(path, root) for part, path in found if path is not None and part.whole and part.group == PARALLEL}
     out = []
     for part, path in found:
         if path is None:
@@ -116,7 +145,8 @@ def scopes(parts=PARTS) -> list[ModuleScope]:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         tokens = TOKENS | _imported_from(tree, _dotted(path, root), whole)
-        functions = measured(tree, part.whole, tokens)
+        functions = measured(tree, part.whole, tokens) if not part.functions else \
+            [found for found in measured(tree, True) if found.name in part.functions]
         out.append(ModuleScope(part, path.relative_to(root).as_posix(), path, functions, tree=tree))
     return out
 

@@ -136,24 +136,37 @@ def reference_path():
     return path
 
 
-def build_model(reference, dtype, device):
-    """The tiny model from the reference's config and seed weights, on the case's backend."""
+FLOW = None  # a case with a flow: its part of the script, below, defines the flow's calls here
+
+
+def flow_calls(model, position, device, dtype, backend, config=None, cp_plan=None):
+    """The case's flow (the harness's harness/flows) if it comes at `position` ("before" or "after"
+    enable_parallelism), or on one device (`position` None): with the same Setting the harness gives it."""
+    flow = CASE.get("flow")
+    if flow is not None and position in (None, flow["position"]):
+        FLOW(model, device, backend, dtype, config, cp_plan)  # the fields of the harness's flows.Setting
+
+
+def build_model(reference, dtype, device, backend=None):
+    """The tiny model from the reference's config and seed weights, on the case's backend (or `backend`)."""
     model = getattr(diffusers, reference.meta["class"])(**reference.meta["config"])
     model.load_state_dict(reference.weights)
     model = model.to(device, dtype)
-    model.set_attention_backend(CASE["backend"])
+    model.set_attention_backend(backend or CASE["backend"])
     return model
 
 
-def loaded_model(reference, dtype, device, parallel):
+def loaded_model(reference, dtype, device, parallel, backend=None):
     """The model of the case on one device, or under its layout: built and then `enable_parallelism` (the `enable`
     load), or, for a `pretrained` load, `from_pretrained(folder, parallel_config=..., torch_dtype=...)` on the
-    reference's weights saved as a sharded diffusers checkpoint, as diffusers' distributed-inference guide loads it."""
-    load = CASE.get("load") or {"checkpoint": False}
+    reference's weights saved as a sharded diffusers checkpoint, as diffusers' distributed-inference guide loads it;
+    the case's flow called around it."""
+    load, backend = CASE.get("load") or {"checkpoint": False}, backend or CASE["backend"]
     if not (parallel and load["checkpoint"]):
-        model = build_model(reference, dtype, device)
+        model = build_model(reference, dtype, device, backend)
+        flow_calls(model, "before" if parallel else None, device, dtype, backend)
         if parallel:
-            parallelize(model, device)
+            flow_calls(model, "after", device, dtype, backend, *parallelize(model, device))
         return model
     folder = Path(__file__).resolve().with_name(f"{Path(__file__).stem}-checkpoint")
     if not dist.is_initialized() or dist.get_rank() == 0:  # written once, by rank 0, the others wait
@@ -171,7 +184,8 @@ def loaded_model(reference, dtype, device, parallel):
           f"{type(config).__name__}(...), torch_dtype={dtype})", flush=True)
     model = getattr(diffusers, reference.meta["class"]).from_pretrained(str(folder), parallel_config=config,
                                                                          torch_dtype=dtype).to(device)
-    model.set_attention_backend(CASE["backend"])
+    model.set_attention_backend(backend)
+    flow_calls(model, "after", device, dtype, backend)  # nothing comes before from_pretrained's parallelism
     return model
 
 
@@ -227,13 +241,16 @@ def parallel_config(mesh):
 
 
 def parallelize(model, device):
-    """diffusers' own `enable_parallelism` with the layout's config (and the harness's plan where it passes one)."""
+    """diffusers' own `enable_parallelism` with the layout's config (and the harness's plan where it passes one);
+    both returned, for a flow called after it."""
     plan = None
     if CASE.get("cp_plan_blocks") is not None:  # the class's plan names more blocks than the tiny config builds
         blocks = CASE["cp_plan_blocks"]
         plan = {key: value for key, value in type(model)._cp_plan.items()
                 if not (key.startswith("blocks.") and key.split(".")[1].isdigit() and int(key.split(".")[1]) >= blocks)}
-    model.enable_parallelism(config=parallel_config(make_mesh(device)), cp_plan=plan)
+    config = parallel_config(make_mesh(device))
+    model.enable_parallelism(config=config, cp_plan=plan)
+    return config, plan
 
 
 def say(rank, text):

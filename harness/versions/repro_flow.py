@@ -1,0 +1,56 @@
+"""The flow part of a `harness repro` script (a case with a flow, harness/flows): the flow's family module as the
+harness runs it, so the script makes exactly the harness's calls (the same seeded LoRA, the same processors), with
+the registry's decorator and declarations replaced by stand-ins: the script imports no harness. The registry's own
+`Setting` is copied in, the one thing the flow's call is given besides the model."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+
+from harness import flows
+from harness.core.errors import HarnessError
+
+# What the family modules import from the registry, as the script has them: `@flow(...)` keeps the call as it is,
+# a declared refusal (`Refused`) is the harness's expectation, nothing to run.
+STAND_INS = '''
+from dataclasses import dataclass
+
+
+def flow(help, **declared):  # the harness's registry (harness/flows/registry.py): the decorated call as it is
+    return lambda call: call
+
+
+def Refused(*args):  # what the harness expects diffusers to refuse: an expectation, nothing to run
+    return None
+
+
+AFTER, BEFORE = "after", "before"
+'''
+_HEAD = re.compile(r'\A(?:""".*?"""\n|from __future__ import annotations\n'
+                   r"|from harness\.flows\.registry import [^\n]*\n|\s*\n)*", re.S)
+
+
+def flow_data(case) -> dict | None:
+    """What CASE says of the case's flow: its call, in words, and its position (None without a flow)."""
+    value = flows.value_of(case.flow)
+    if value.flow is None:
+        return None
+    return {"name": value.name, "call": value.flow.help, "position": value.position}
+
+
+def flow_part(case) -> str:
+    """The script's code of the case's flow ("" without one): stand-ins, `Setting`, the family module, and `FLOW`,
+    the call `flow_calls` of the common part makes."""
+    value = flows.value_of(case.flow)
+    if value.flow is None:
+        return ""
+    family = inspect.getsource(sys.modules[value.flow.call.__module__])
+    if "harness." in _HEAD.sub("", family, count=1):
+        raise HarnessError(f"repro: {case.case_id}: the {value.flow.name} flow's module {value.flow.call.__module__} "
+                           "uses more of the harness than its registry, which a script cannot carry: not scripted")
+    return (f"\n\n# --- the flow: {value.flow.call.__module__} as the harness runs it ---\n{STAND_INS}\n\n"
+            f"{inspect.getsource(flows.Setting)}\n\n{_HEAD.sub('', family, count=1)}\n\n"
+            f"def FLOW(module, *setting):  # the common part's flow_calls calls it\n"
+            f"    {value.flow.call.__name__}(module, Setting(*setting))\n")
