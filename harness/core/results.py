@@ -163,8 +163,18 @@ def write_results(path: Path, results: list[CaseResult], header: RunHeader) -> N
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload_of(results, header), indent=1))
+    tmp.write_text(_one_case_a_line(payload_of(results, header)))
     tmp.replace(path)
+
+
+def _one_case_a_line(payload: dict[str, Any]) -> str:
+    """The file's text: the header indented, each traceback and each case on a line of its own. Still one JSON
+    document, and a case stays one line to grep or diff; indenting every case's figures made a quick plan's file
+    3.6 MB of the 5.1 MB a CI job uploads (2.9 MB this way)."""
+    header = json.dumps(payload["header"], indent=1)
+    rows = {key: ",\n".join(json.dumps(item) for item in payload[key]) for key in ("tracebacks", "cases")}
+    return (f'{{"header": {header},\n"tracebacks": [\n{rows["tracebacks"]}\n],\n'
+            f'"cases": [\n{rows["cases"]}\n]}}\n')
 
 
 _RUN_IT_FIRST = "run `harness run` first, or point at the folder it wrote (its --report-dir)"

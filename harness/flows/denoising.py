@@ -1,11 +1,12 @@
 """A short denoising loop, for the flows whose calls decide per step (a cache): a case of such a flow runs the
 transformer several times, as a pipeline does, where every other case runs it once.
 
-Each step runs inside `cache_context("cond", ...)` with the step's timestep, and its output moves the latents by a
-flow-matching Euler step (the same inputs with the next timestep where the output is not the latents' shape). What
-each step computed is counted on this rank as the `nn.Linear` calls it made: a cache that reuses a block or an
-attention makes fewer, whatever the cache; ranks that decided alike at a step count alike, one device counts what the
-cache saved. Torch is imported inside the methods (the flows' registry stays torch-free).
+Each step runs inside `cache_context("cond", ...)` with where the loop is (step index, timestep, sigma: what SeaCache
+reads; releases before 0.41 take the name alone, and their caches keep their own step counts), and its output moves
+the latents by a flow-matching Euler step (the same inputs with the next timestep where the output is not the
+latents' shape). What each step computed is counted on this rank as the `nn.Linear` calls it made: a cache that
+reuses a block or an attention makes fewer, whatever the cache; ranks that decided alike at a step count alike, one
+device counts what the cache saved. Torch is imported inside the methods (the flows' registry stays torch-free).
 """
 
 from __future__ import annotations
@@ -50,13 +51,27 @@ class Denoising:
             for index in range(self.steps):
                 self.sigma, following = self.sigmas[index], self.sigmas[index + 1]
                 timestep = torch.full_like(inputs["timestep"], self.sigma)
-                with model.cache_context("cond", step_index=index, num_inference_steps=self.steps,
-                                         timestep=self.current_timestep(), sigma=self.sigma):
+                where = {"step_index": index, "num_inference_steps": self.steps,
+                         "timestep": self.current_timestep(), "sigma": self.sigma}
+                with model.cache_context("cond", **_taken(model.cache_context, where)):
                     output = forward(model, {**inputs, "hidden_states": latents, "timestep": timestep})
                 self.work.append(counter.take())
                 if output.shape == latents.shape:
                     latents = latents + (following - self.sigma) * output
         return output
+
+
+def _taken(cache_context: Callable, where: dict) -> dict:
+    """The part of `where` the installed release's `cache_context` takes: all of it where it takes keyword arguments
+    (0.41.0 on, with SeaCache), none where it takes the context's name alone (0.36.0 to 0.40: "got an unexpected
+    keyword argument 'step_index'")."""
+    import inspect
+
+    parameters = inspect.signature(cache_context).parameters.values()
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+        return where
+    named = {parameter.name for parameter in parameters}
+    return {key: value for key, value in where.items() if key in named}
 
 
 class _Counter:

@@ -63,6 +63,21 @@ def test_the_loop_counts_what_each_step_computed_inside_its_cache_context():
     assert [sigma for _, _, sigma in toy.contexts] == loop.sigmas[:4] and loop.sigmas[0] > loop.sigmas[-1]
 
 
+class _NameOnly(_Toy):
+    """A model of a release before 0.41, whose `cache_context` takes the context's name alone."""
+
+    @contextlib.contextmanager
+    def cache_context(self, name):
+        self.contexts.append(name)
+        yield
+
+
+def test_a_release_whose_cache_context_takes_the_name_alone_runs_the_same_loop():
+    toy = _NameOnly(reused={1})
+    loop, _ = _loop(toy)
+    assert toy.contexts == ["cond"] * 4 and loop.work == [2, 1, 2, 2]
+
+
 def test_each_step_feeds_the_next_latents_by_an_euler_step():
     toy = _Toy()
     loop, _ = _loop(toy, steps=2)

@@ -137,6 +137,19 @@ def test_read_results_reads_what_write_results_writes(tmp_path):
     assert header.started == "today" and cases[0].status is Status.PASS and cases[0].kernels == ""
 
 
+def test_results_json_holds_each_case_on_a_line_of_its_own(tmp_path):
+    """One JSON document whose cases are one line each (grep, diff); the empty run is valid JSON too."""
+    import json
+
+    _run(tmp_path, {f"a/ring{n}/native/fp32/tensor": "PASS" for n in (2, 4)})
+    lines = (tmp_path / "results.json").read_text().splitlines()
+    case_lines = [line for line in lines if '"case_id"' in line]
+    assert len(case_lines) == 2 and all(json.loads(line.rstrip(","))["status"] == "PASS" for line in case_lines)
+    assert len(read_results(tmp_path / "results.json")[1]) == 2
+    _run(tmp_path, {})
+    assert json.loads((tmp_path / "results.json").read_text())["cases"] == []
+
+
 def test_tracebacks_are_stored_once_and_every_reader_resolves_them(tmp_path):
     """results.json writes each distinct traceback once (`tracebacks`) and an index in the case; read_results and
     CaseResult.from_dict with the table give the text back. Without the table the index is refused, not taken for a
