@@ -18,7 +18,7 @@ from harness.core import events
 from harness.core.events import Done, Fatal, Hello, Problem, RankError, Result, Start
 from harness.core.modes import mode_of
 from harness.core.records import Case, CaseRecord, GroupSpec, Outcome
-from harness.run import procs
+from harness.run import procs, warm
 from harness.run.launchers import Capacity, Local, node_env
 from harness.run.nodes import SETTLE_S, NodeView, SharedRun
 from harness.run.procs import POLL_S
@@ -159,6 +159,7 @@ class Nodes:
     launcher: Local = field(default_factory=Local)
     capacity: Capacity | None = None
     shared: SharedRun | None = None
+    forked: bool = False  # the launches on this host fork their ranks from the warm parent (harness.run.warm)
 
     def nodes_for(self, world_size: int) -> int:
         """How many nodes a group of `world_size` ranks spans (1 on one host; the plan left out what fits none)."""
@@ -200,6 +201,7 @@ class _Launch:
         self.stacks: dict[int, str] = {}
         self.lock_said: str | None = None  # the case a wait for a file lock was said of
         self.done: set[str] = set()
+        self.log = folder / "torchrun.log"  # the agent's and the ranks' output: torchrun's, or the forked launch's
         (folder / "group.json").write_text(json.dumps(group.to_dict()))
 
     def run(self) -> set[str]:
@@ -213,20 +215,33 @@ class _Launch:
         spans = self.nodes.nodes_for(self.world_size)
         view = self.nodes.shared.request(self.folder, self.world_size, spans) if spans > 1 else None
         self.watch.view = view
-        rdzv_id = view.rdzv_id if view else ""
-        command = self.nodes.launcher.command(self.world_size, spans, self.folder / "group.json", rdzv_id)
-        with open(self.folder / "torchrun.log", "w") as log:
-            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=node_env(0),
-                                       start_new_session=True)
-            try:
-                self._watch(process)
-            finally:
-                procs.kill_tree(process)
-                procs.kill_ranks([pid for rank, pid in self.watch.pids.items() if not self.watch.nodes.get(rank)],
-                                 self.folder)
-                if view is not None:
-                    view.end()  # every other node stops its share; the next launch finds them free
+        process = (self._forked() if spans == 1 and self.nodes.forked else None) or \
+            self._torchrun(spans, view.rdzv_id if view else "")
+        try:
+            self._watch(process)
+        finally:
+            procs.kill_tree(process)
+            procs.kill_ranks([pid for rank, pid in self.watch.pids.items() if not self.watch.nodes.get(rank)],
+                             self.folder)
+            if view is not None:
+                view.end()  # every other node stops its share; the next launch finds them free
         return self.done
+
+    def _forked(self) -> warm.ForkedLaunch | None:
+        """The ranks forked from the warm parent; None (said) when it cannot start them: torchrun then does."""
+        started = warm.shared().launch(self.world_size, self.folder / "group.json", self.folder, node_env(0))
+        if isinstance(started, warm.ForkedLaunch):
+            self.log = self.folder / warm.LOG
+            return started
+        if self.echo is not None:
+            self.echo(f"  starting the ranks with torchrun: {started}")
+        return None
+
+    def _torchrun(self, spans: int, rdzv_id: str) -> subprocess.Popen:
+        command = self.nodes.launcher.command(self.world_size, spans, self.folder / "group.json", rdzv_id)
+        with open(self.log, "w") as log:
+            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=node_env(0),
+                                    start_new_session=True)
 
     def _watch(self, process: subprocess.Popen) -> None:
         while True:
@@ -348,7 +363,7 @@ class _Launch:
         if dead:  # the others' errors ("connection closed") are symptoms: name the rank that died
             seen = f"; rank {error.rank} saw: {error.message}" if error and error.rank != dead[0] else ""
             return CaseRecord(case_id, error=f"{name(dead[0])} died during the case (pid {self.watch.pids[dead[0]]})"
-                                             f"{seen}", traceback=_last_log_lines(self.folder / "torchrun.log"))
+                                             f"{seen}", traceback=_last_log_lines(self.log))
         if error is not None:
             return CaseRecord(case_id, error=error.message, error_rank=error.rank, traceback=error.traceback)
         where, stacks = stuck_where(self.stacks, name), "\n".join(f"--- {name(rank)} ---\n{text}"
@@ -364,7 +379,7 @@ class _Launch:
         joined = f"; node(s) {', '.join(map(str, missing))} never joined the launch (is `harness run --node-rank N` " \
                  "running there, with the same --report-dir on a shared filesystem?)" if missing else ""
         return CaseRecord(case_id, error=f"worker group ({problem}, exit code {returncode}) before reporting"
-                                         f"{joined}: {_last_log_lines(self.folder / 'torchrun.log')}")
+                                         f"{joined}: {_last_log_lines(self.log)}")
 
     def _node_lost(self, problem: Problem) -> tuple[str, int]:
         """A whole node failed: its torchrun agent died while its ranks ran, or its harness agent went silent."""
@@ -389,7 +404,7 @@ def _event(line: str, path: Path) -> events.Event:
 
 
 def _last_log_lines(path: Path, lines: int = 6) -> str:
-    """The last non-blank lines of a torchrun log, joined on one line: what the agent said of a case it took down."""
+    """The last non-blank lines of a launch's log, joined on one line: what the agent said of a case it took down."""
     try:
         text = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:

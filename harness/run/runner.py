@@ -25,14 +25,14 @@ from harness.report import matrix
 from harness.report.images import prune_images
 from harness.report.write import write_reports
 from harness.run import coverage as coverage_run
-from harness.run import handover, partial, shards, timing
+from harness.run import handover, partial, shards, timing, warm
 from harness.run.capture import ensure_references
 from harness.run.checkpoints import FOLDER, write_checkpoints
 from harness.run.divergence import first_divergence
 from harness.run.folders import compile_cache_folder, launches_folder
 from harness.run.known_issues import load_known_issues
 from harness.run.launch import GroupStats, Nodes, group_by_world_size, run_group
-from harness.run.launchers import launcher_from
+from harness.run.launchers import launcher_from, node_env
 from harness.run.lock import report_folder_lock
 from harness.run.nodes import SharedRun
 from harness.run.partial import PARTIAL
@@ -109,6 +109,8 @@ class _Run:
     def start(self, resume: bool, capture_missing: bool, localize_failures: bool) -> RunSummary:
         settings, plan, echo, report_dir = self.settings, self.plan, self.echo, self.report_dir
         runnable = [p.case for p in plan if p.runs]
+        if runnable and forked(settings):  # its imports overlap the references' check
+            warm.shared().prepare(node_env(0))
         metas = ensure_references(runnable, settings.path("references"), echo, capture_missing, settings)
         self.issues = load_known_issues(settings.path("known_issues"))
         self.versions = versions = _versions(metas)
@@ -227,7 +229,7 @@ def _tidy_work(workdir: Path, settings: Settings, failed: bool, echo) -> None:
     several nodes (whose agents read it until they leave)."""
     if failed or settings.keep_work or settings.nnodes > 1:
         why = "a case failed" if failed else "--keep-work" if settings.keep_work else "several nodes read it"
-        echo(f"work files kept in {workdir} ({why}): each launch's torchrun log and rank events")
+        echo(f"work files kept in {workdir} ({why}): each launch's log and rank events")
         return
     shutil.rmtree(workdir, ignore_errors=True)
 
@@ -277,7 +279,13 @@ def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo,
 
     for members in group_by_world_size(replace(case, localize=True) for case in cases).values():
         timeout = settings.case_timeout or _auto_timeout(members, settings.path("references"))
-        run_group(members, group, launches_folder(report_dir) / "localize", timeout, on_outcome)
+        run_group(members, group, launches_folder(report_dir) / "localize", timeout, on_outcome,
+                  Nodes(forked=forked(settings)))
+
+
+def forked(settings: Settings) -> bool:
+    """Whether this run's launches fork their ranks from the warm parent (harness.run.warm)."""
+    return warm.serves(settings.rank_start, settings.coverage)
 
 
 def compile_cache(settings: Settings, report_dir: Path) -> str:
@@ -302,7 +310,7 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
     group = _measured(group, measure)
     launcher = launcher_from(settings)
     with open(report_dir / PARTIAL, "a") as partial, _shared(launcher.nnodes, workdir) as shared:
-        nodes = Nodes(launcher, _capacity(settings), shared)
+        nodes = Nodes(launcher, _capacity(settings), shared, forked(settings))
 
         def on_outcome(outcome: Outcome) -> None:
             result = judge(outcome, settings)

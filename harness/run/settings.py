@@ -129,7 +129,7 @@ class Settings:
     coverage: bool = _option(False, "Run every rank under coverage.py and report which statements of diffusers' "
                                     "parallel code the plan executed, per module and function, each one never "
                                     "executed with its reason (the page, matrix.md, results.json).")
-    keep_work: bool = _option(False, "Keep <report-dir>/work (each launch's torchrun log, rank events and the shared "
+    keep_work: bool = _option(False, "Keep <report-dir>/work (each launch's log, rank events and the shared "
                                      "baselines) after a run in which every case ended well; it is kept anyway "
                                      "when one failed.")
     allow_no_parallel: bool = _option(False, "Exit 0 even when no case with more than one rank ran (by default "
@@ -142,6 +142,10 @@ class Settings:
     launcher: str = _option("local", "How ranks start: local (torchrun on this host), torchrun (multi-node c10d "
                                      "rendezvous; run the same command on every node) or slurm (srun, or an sbatch "
                                      "script with --slurm-script).", choices=tuple(LAUNCHERS))
+    rank_start: str = _option("fork", "How a launch on this host starts its ranks: fork (from one warm process per "
+                                      "run that imported torch and diffusers once: well under a second a launch) or "
+                                      "torchrun (each launch imports them again). Launches over several nodes, on "
+                                      "CUDA or with --coverage use torchrun.", choices=("fork", "torchrun"))
     nnodes: int = _option(1, "Nodes a torchrun or slurm launch spans; a world size that divides by it spreads over "
                              "all of them.")
     node_rank: int = _option(0, "This node's number under --launcher torchrun: 0 plans, judges and writes reports; "

@@ -101,6 +101,40 @@ def test_a_hang_a_raise_and_a_kill_each_cost_only_their_own_case(project, settin
     assert results[KILL].reason.startswith("rank 1 died during the case"), results[KILL].reason
 
 
+# ------------------------------------------------------------------ ranks forked from one warm parent stay apart
+
+NUMERIC_FAULTS = [_case("flux", "ulysses2", "cp_local_attention"), _case("flux", "ulysses2"),
+                  _case("flux", "tp2", "tp_skip_allreduce"), _case("flux", "tp2")]
+
+
+@pytest.mark.slow
+def test_a_faulty_case_then_its_clean_twin_on_one_warm_group_fail_then_pass(project, settings_for):
+    """A fault patches diffusers inside the ranks; the clean case after it on the same forked ranks, and a second run
+    whose ranks fork from the same warm parent, must see diffusers as it is. The faulty cases must FAIL (so the
+    fault really ran on those ranks) and their clean twins PASS."""
+    from harness.run import warm
+
+    settings = settings_for(case_timeout=CASE_TIMEOUT)
+    try:
+        first = runner.run(settings, [PlannedCase(c) for c in NUMERIC_FAULTS], echo=lambda _: None)
+        parent = warm.shared().process.pid
+        launch = launches_folder(project / "reports") / "ws2-1"  # kept: a case failed
+        forked = (launch / warm.LOG).exists() and not (launch / "torchrun.log").exists(), sorted(launch.iterdir())
+        second = runner.run(settings, [PlannedCase(_case("flux", "ulysses2"))], echo=lambda _: None)
+        assert workers_naming(project) == [], "worker processes outlived `runner.run`"
+    finally:
+        kill_leftovers(project)
+    assert warm.shared().process.pid == parent, "the second run's ranks did not fork from the same warm parent"
+    statuses = {result.case_id: result.status for result in first.results}
+    assert statuses == {"flux/ulysses2/native/fp32/tensor+cp_local_attention": Status.FAIL,
+                        "flux/ulysses2/native/fp32/tensor": Status.PASS,
+                        "flux/tp2/native/fp32/tensor+tp_skip_allreduce": Status.FAIL,
+                        "flux/tp2/native/fp32/tensor": Status.PASS}, statuses
+    assert [result.status for result in second.results] == [Status.PASS], second.results
+    assert first.header.launches == 1  # all four on the same two ranks
+    assert forked[0], forked[1]
+
+
 # ---------------------------------------------------------------------------- signals to `harness run`, resume
 
 

@@ -1,0 +1,239 @@
+"""The warm parent of a run's ranks: one process that imports torch, diffusers and the rank's code once, then forks
+the ranks of every launch on this host (harness.run.warm is its client, in the launcher).
+
+A torchrun launch pays its ranks' imports every time (14 to 24 s for 2 ranks on a loaded 2-core machine, against
+0.2 s forked: docs/measured.md, "The test command"). Per launch this process forks an agent, which does what
+torchrun's agent does: it starts a session of its own (the launcher stops the launch with one signal to it), hosts
+the process group's TCP store, forks the ranks with torchrun's environment and, once a rank fails, gives the launcher
+a second to see which one before it stops the rest. Nothing a case does reaches the next launch: every launch's ranks
+are fresh forks of this process, which never runs a case itself.
+
+Run as `python -m harness.engine.forkserver`; it reads one JSON request per line on stdin and answers on stdout. It
+must not start threads or touch an accelerator before forking, so it serves CPU runs only (harness.run.warm).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import time
+import traceback
+
+POLL_S = 0.1
+MONITOR_S = 1.0  # after a rank fails, the launcher's time to see which one before the others are stopped (torchrun's
+# --monitor-interval in harness.run.launchers)
+STOP_GRACE_S = 5.0  # SIGTERM, then SIGKILL
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """This process gets `sig` when the one that forked or started it dies (Linux PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig)
+    except (OSError, AttributeError):
+        pass
+
+
+def warm_imports() -> None:
+    """What every rank imports before its first case, paid here once."""
+    import diffusers  # noqa: F401
+
+    import harness.engine.worker  # noqa: F401 - torch, torch.distributed and the harness's rank code
+    from harness.catalogue.zoo import SPECS
+
+    for spec in SPECS.values():  # diffusers imports each model's module on first use
+        try:
+            getattr(diffusers, spec.class_name)
+        except Exception:  # noqa: BLE001 - a class this release lacks: its cases say so themselves
+            pass
+
+
+class Server:
+    """Reads requests, forks an agent for each, reaps agents and writes each one's exit code where asked."""
+
+    def __init__(self, answers) -> None:
+        self.answers, self.agents, self.pending = answers, {}, b""
+
+    def serve(self) -> None:
+        while True:
+            readable, _, _ = select.select([0], [], [], POLL_S)
+            self.reap()
+            if not readable:
+                continue
+            chunk = os.read(0, 65536)
+            if not chunk:  # the launcher closed the pipe or died: stop every launch still running
+                self.stop_all()
+                return
+            self.pending += chunk
+            while b"\n" in self.pending:
+                line, self.pending = self.pending.split(b"\n", 1)
+                self.fork_agent(json.loads(line))
+
+    def fork_agent(self, request: dict) -> None:
+        sys.stdout.flush(), sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _agent_process(request)  # never returns
+        self.agents[pid] = request["exit_file"]
+        self.answers.write(json.dumps({"agent": pid}) + "\n")
+        self.answers.flush()
+
+    def reap(self) -> None:
+        while self.agents:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            exit_file = self.agents.pop(pid, None)
+            if exit_file:
+                _write_atomically(exit_file, str(os.waitstatus_to_exitcode(status)))
+
+    def stop_all(self) -> None:
+        for pid in list(self.agents):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + STOP_GRACE_S
+        while self.agents and time.monotonic() < deadline:
+            self.reap()
+            time.sleep(POLL_S)
+
+
+def _write_atomically(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def _agent_process(request: dict) -> None:
+    """The forked agent: its own session, the launch's log as stdout and stderr, the launcher's environment."""
+    code = 1
+    try:
+        os.setsid()
+        die_with_parent()
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 1), os.dup2(log, 2), os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        code = Agent(request["world_size"], request["group"], request["watch"]).run()
+    except BaseException:  # noqa: BLE001 - said in the launch's log, which the launcher quotes
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)
+
+
+class Agent:
+    """torchrun's agent for one launch on this host: a store, the ranks, and the first failure stopping the rest."""
+
+    def __init__(self, world_size: int, group_file: str, watch: int) -> None:
+        self.world_size, self.group_file, self.watch = world_size, group_file, watch
+        self.ranks: dict[int, int] = {}  # pid -> rank
+
+    def run(self) -> int:
+        pipes = {}
+        for rank in range(self.world_size):  # forked before the store's threads exist: a fork copies no thread
+            read, write = os.pipe()
+            sys.stdout.flush(), sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                os.close(write)
+                _rank_process(rank, self.world_size, read, self.group_file)  # never returns
+            os.close(read)
+            self.ranks[pid], pipes[rank] = rank, write
+        from torch.distributed import TCPStore
+
+        store = TCPStore("127.0.0.1", 0, self.world_size, True, wait_for_workers=False)
+        for write in pipes.values():
+            os.write(write, f"{store.port}\n".encode())
+            os.close(write)
+        return self.wait()
+
+    def wait(self) -> int:
+        failed_at, failure = None, 0
+        while self.ranks:
+            if not _alive(self.watch):  # the launcher died outright: nobody will read what the ranks write
+                os.killpg(0, signal.SIGKILL)
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                if failed_at is not None:
+                    self.stop(time.monotonic() - failed_at)
+                time.sleep(POLL_S)
+                continue
+            rank, code = self.ranks.pop(pid, None), os.waitstatus_to_exitcode(status)
+            if rank is not None and code != 0:
+                how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+                print(f"rank {rank} (pid {pid}) failed: {how}", flush=True)
+                if failed_at is None:
+                    failed_at, failure = time.monotonic(), 1
+        return failure
+
+    def stop(self, since_failure: float) -> None:
+        """The survivors of a failed rank: SIGTERM after MONITOR_S, SIGKILL after STOP_GRACE_S more."""
+        if since_failure < MONITOR_S:
+            return
+        sig = signal.SIGTERM if since_failure < MONITOR_S + STOP_GRACE_S else signal.SIGKILL
+        for pid in self.ranks:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _rank_process(rank: int, world_size: int, port_pipe: int, group_file: str) -> None:
+    """One rank, as torchrun would start it, on the agent's store."""
+    code = 1
+    try:
+        die_with_parent()
+        with os.fdopen(port_pipe) as pipe:
+            port = pipe.readline().strip()
+        if not port:  # the agent died before its store was up
+            os._exit(1)
+        os.environ.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
+                           "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size),
+                           "ROLE_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                           "TORCHELASTIC_USE_AGENT_STORE": "True"})
+        sys.argv = ["harness.engine.worker", group_file]
+        from harness.engine import worker
+
+        code = worker.main([group_file])
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+    except BaseException:  # noqa: BLE001 - the rank's own traceback, in the launch's log as torchrun's ranks print it
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)
+
+
+def main() -> None:
+    die_with_parent()  # the launcher's death ends this process, whose death ends every agent and rank
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # anything an import prints goes to stderr, never into the answers
+    warm_imports()
+    answers.write(json.dumps({"ready": os.getpid()}) + "\n")
+    answers.flush()
+    Server(answers).serve()
+
+
+if __name__ == "__main__":
+    main()

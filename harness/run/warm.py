@@ -1,0 +1,180 @@
+"""The launcher's side of forked ranks: one warm parent (harness.engine.forkserver) per process, started as the run
+begins so its imports overlap the plan, asked for each launch on this host.
+
+It serves what it can serve alone and exactly: one host, CPU ranks (a parent that forks must not have touched CUDA)
+and no `--coverage` (coverage must start before diffusers is imported). Everything else, and any launch it cannot
+start, goes to torchrun as before. The warm parent is kept for the life of the process, so every run of one pytest
+session's worker shares it; a change of environment (PYTHONPATH, a plugin kind) starts a fresh one.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.run import procs
+
+READY_TIMEOUT_S = 180.0  # its imports, on a loaded machine (the same bound as a torchrun launch's start-up)
+LOG = "ranks.log"  # a forked launch's agent and ranks write here what torchrun's would write to torchrun.log
+# Variables that differ between the runs of one pytest session and mean nothing to a rank's imports.
+IGNORED = ("PYTEST_CURRENT_TEST",)
+
+
+@dataclass
+class ForkedLaunch:
+    """One launch's agent, seen from the launcher: what a `subprocess.Popen` of torchrun offers `harness.run.launch`
+    and `procs.kill_tree` (the agent leads a session of its own, so one signal to the group stops every rank)."""
+
+    pid: int
+    exit_file: Path
+    returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._code()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"forked launch {self.pid}", timeout)
+            time.sleep(procs.POLL_S)
+        return self.returncode
+
+    def _code(self) -> int | None:
+        """The exit code the warm parent wrote when it reaped the agent; an agent gone with no code written (its
+        warm parent died with it) is -9."""
+        for _ in range(2):
+            try:
+                return int(self.exit_file.read_text())
+            except (OSError, ValueError):
+                pass
+            if procs.alive(self.pid):
+                return None
+            time.sleep(10 * procs.POLL_S)  # reaped a moment ago: the code is on its way
+        return -signal.SIGKILL
+
+
+class WarmParent:
+    """The process-wide warm parent: started once, restarted when it died or the environment changed."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+        self.errors = None  # its stderr, quoted when it fails to start
+        self.key: dict | None = None
+        self.ready = False
+        self.failed: str | None = None
+        self.lock = threading.Lock()
+
+    def prepare(self, env: dict[str, str]) -> None:
+        """Start it now (its imports take seconds) unless one for this environment is up or starting."""
+        with self.lock:
+            self._started_for(env)
+
+    def launch(self, world_size: int, group_file: Path, folder: Path, env: dict[str, str]) -> ForkedLaunch | str:
+        """The forked launch, or why there is none (the launcher then starts torchrun)."""
+        with self.lock:
+            self._started_for(env)
+            if not self._wait_ready():
+                return self.failed or "the warm parent did not start"
+            exit_file = folder / "agent.exit"
+            request = {"world_size": world_size, "group": str(group_file), "log": str(folder / LOG),
+                       "exit_file": str(exit_file), "cwd": os.getcwd(), "env": env, "watch": os.getpid()}
+            try:
+                self.process.stdin.write((json.dumps(request) + "\n").encode())
+                self.process.stdin.flush()
+                answer = self._answer(READY_TIMEOUT_S)
+            except (OSError, ValueError) as error:
+                answer = None
+                self.failed = f"the warm parent stopped answering ({error})"
+            if not answer or "agent" not in answer:
+                self._stop()
+                return self.failed or "the warm parent stopped answering"
+            return ForkedLaunch(answer["agent"], exit_file)
+
+    def _started_for(self, env: dict[str, str]) -> None:
+        key = {name: value for name, value in env.items() if name not in IGNORED}
+        if self.process is not None and self.process.poll() is None and key == self.key:
+            return
+        self._stop()
+        self.key, self.ready, self.failed = key, False, None
+        self.errors = tempfile.TemporaryFile()
+        self.process = subprocess.Popen([sys.executable, "-m", "harness.engine.forkserver"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=self.errors, env=env, start_new_session=True,
+                                        preexec_fn=procs.die_with_parent(signal.SIGKILL))
+
+    def _wait_ready(self) -> bool:
+        if not self.ready:
+            answer = self._answer(READY_TIMEOUT_S)
+            self.ready = bool(answer and "ready" in answer)
+            if not self.ready:
+                self.failed = f"the warm parent did not start: {self._said()}"
+                self._stop()
+        return self.ready
+
+    def _answer(self, timeout: float) -> dict | None:
+        """Its next answer line; None when it exits or says nothing within `timeout`."""
+        out = self.process.stdout
+        deadline = time.monotonic() + timeout
+        line = b""
+        while not line.endswith(b"\n"):
+            if not select.select([out], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                return None
+            chunk = os.read(out.fileno(), 1)
+            if not chunk:
+                return None
+            line += chunk
+        return json.loads(line)
+
+    def _said(self) -> str:
+        """The last lines the warm parent wrote to stderr (an import that failed)."""
+        if self.errors is None:
+            return "?"
+        self.errors.seek(0)
+        lines = [line for line in self.errors.read().decode(errors="replace").splitlines() if line.strip()]
+        return " | ".join(lines[-4:]) or f"exit code {self.process.poll() if self.process else '?'}"
+
+    def _stop(self) -> None:
+        """Closing its stdin stops it, and every launch it still runs (their agents die with it)."""
+        process, self.process, self.ready = self.process, None, False
+        if process is not None:
+            try:
+                process.stdin.close()
+                process.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                process.kill()
+                process.wait()
+            process.stdout.close()
+        if self.errors is not None:
+            self.errors.close()
+            self.errors = None
+
+    def close(self) -> None:
+        with self.lock:
+            self._stop()
+
+
+_PARENT = WarmParent()
+atexit.register(_PARENT.close)
+
+
+def shared() -> WarmParent:
+    return _PARENT
+
+
+def serves(rank_start: str, coverage: bool) -> bool:
+    """Whether this run's launches on this host fork from the warm parent."""
+    import torch
+
+    return rank_start == "fork" and not coverage and not torch.cuda.is_available()
