@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 WORK_SUFFIX = ".work"
-LAUNCHES = "launches"  # each launch's log (torchrun.log, or ranks.log for forked ranks) and rank events, the baselines, checkpoints, coverage data
+# each launch's log (torchrun.log, or ranks.log for forked ranks) and rank events, the baselines, checkpoints, coverage
+LAUNCHES = "launches"
 COMPILE_CACHE = "compile-cache"  # the report folder's own Inductor cache (`--compile-cache` unset)
 PYTEST_REPORTS = "pytest"  # the parity items' report folder under pytest, unless `--harness-report-dir` says where
 

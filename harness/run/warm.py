@@ -26,8 +26,10 @@ from harness.run import procs
 
 READY_TIMEOUT_S = 180.0  # its imports, on a loaded machine (the same bound as a torchrun launch's start-up)
 LOG = "ranks.log"  # a forked launch's agent and ranks write here what torchrun's would write to torchrun.log
-# Variables that differ between the runs of one pytest session and mean nothing to a rank's imports.
-IGNORED = ("PYTEST_CURRENT_TEST",)
+# Variables that differ between the runs of one pytest session, or appear while a run plans, and mean nothing to a
+# rank's imports: the test's name, and the Inductor cache folder (set in the launcher by torch's first use of it; each
+# rank sets its own, harness.engine.worker).
+IGNORED = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
 
 
 @dataclass
@@ -146,8 +148,11 @@ class WarmParent:
         return " | ".join(lines[-4:]) or f"exit code {self.process.poll() if self.process else '?'}"
 
     def _stop(self) -> None:
-        """Closing its stdin stops it, and every launch it still runs (their agents die with it)."""
-        process, self.process, self.ready = self.process, None, False
+        """Closing its stdin stops it, and every launch it still runs (their agents die with it); one still importing
+        has no launch and is killed rather than waited for."""
+        process, ready, self.process, self.ready = self.process, self.ready, None, False
+        if process is not None and not ready:
+            process.kill()
         if process is not None:
             try:
                 process.stdin.close()
@@ -173,8 +178,19 @@ def shared() -> WarmParent:
     return _PARENT
 
 
+def start_early(rank_start: str, coverage: bool, env: dict[str, str]) -> None:
+    """Start the warm parent as `harness run` begins, before the launcher imports torch, so the two imports overlap
+    instead of the first launch waiting for the parent's (about 5 s a run on 2 cores, docs/measured.md). A guess
+    made without torch: `serves` stops it again on a machine with CUDA."""
+    if rank_start == "fork" and not coverage:
+        _PARENT.prepare(env)
+
+
 def serves(rank_start: str, coverage: bool) -> bool:
     """Whether this run's launches on this host fork from the warm parent."""
     import torch
 
-    return rank_start == "fork" and not coverage and not torch.cuda.is_available()
+    if torch.cuda.is_available():
+        _PARENT.close()  # started early on a guess (start_early): CUDA ranks start under torchrun
+        return False
+    return rank_start == "fork" and not coverage

@@ -116,3 +116,29 @@ def test_slurm_without_srun_says_what_to_do(project, monkeypatch):
     assert done.returncode == 2
     assert "harness: error: option launcher: srun not found here; run on a Slurm login or compute node, or write " \
            "an sbatch script with --slurm-script FILE" in done.stderr
+
+
+def test_the_warm_parent_started_as_a_run_begins_is_the_one_its_launches_use(settings_for, monkeypatch):
+    """`harness run` starts the warm parent before it plans (its imports overlap the plan's); what planning does to
+    the launcher's environment (torch's first use of Inductor's cache sets TORCHINDUCTOR_CACHE_DIR) must not start a
+    second one, which would cost every run the imports again. A change that matters to imports still does."""
+    from harness.run import runner, warm
+    from harness.run.launchers import node_env
+
+    parent = warm.WarmParent()
+    monkeypatch.setattr(warm, "_PARENT", parent)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    settings = settings_for(models=["flux"], layouts=["ulysses2"], kinds=["tensor"])
+    try:
+        warm.start_early(settings.rank_start, settings.coverage, node_env(0))
+        early = parent.process.pid
+        runner.plan_from(settings, None)
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_someone")  # as torch's first use sets it
+        assert runner.forked(settings)
+        parent.prepare(node_env(0))  # what the run asks before its first launch
+        assert parent.process.pid == early, "planning restarted the warm parent"
+        monkeypatch.setenv("PYTHONPATH", "/a/plugin/folder")  # a plugin kind's folder: the ranks import from it
+        parent.prepare(node_env(0))
+        assert parent.process.pid != early
+    finally:
+        parent.close()
