@@ -22,6 +22,26 @@ def rewrite_reference_meta(path, change) -> None:
     path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + data[8 + size:])
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_warm_parent_for_the_commands_tests_start(request, tmp_path_factory):
+    """The `harness` commands and pytest sessions the slow tests start fork their ranks from one warm parent of this
+    session's worker instead of each importing torch and diffusers for its own (harness.run.warm.share)."""
+    if not any(item.get_closest_marker("slow") for item in request.session.items):
+        yield None
+        return
+    import torch
+
+    from harness.run import warm
+    from harness.run.launchers import node_env
+
+    if torch.cuda.is_available():  # CUDA ranks start under torchrun
+        yield None
+        return
+    parent = warm.share(tmp_path_factory.mktemp("warm"), node_env(0))
+    yield parent
+    parent.close()
+
+
 @pytest.fixture
 def rewrite_meta():
     return rewrite_reference_meta

@@ -18,6 +18,7 @@ import json
 import os
 import select
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -53,34 +54,82 @@ def warm_imports() -> None:
 
 
 class Server:
-    """Reads requests, forks an agent for each, reaps agents and writes each one's exit code where asked."""
+    """Reads requests, forks an agent for each, reaps agents and writes each one's exit code where asked.
 
-    def __init__(self, answers) -> None:
-        self.answers, self.agents, self.pending = answers, {}, b""
+    Requests come on stdin from the process that started it, and, with `--listen PATH`, on connections to a unix
+    socket from the processes that one starts (`harness` commands a pytest session runs: harness.run.warm.share).
+    A connection first asks `hello` (the environment and harness this process imported, which its client compares
+    with its own); when it closes, its launches are stopped, as all are when stdin closes."""
+
+    def __init__(self, answers, listener: socket.socket | None = None) -> None:
+        self.answers, self.listener, self.pending = answers, listener, b""
+        self.agents: dict[int, tuple[str, int | None]] = {}  # agent pid -> (its exit file, its connection's fd)
+        self.clients: dict[int, list] = {}  # a connection's fd -> [its socket, what it sent past its last line]
+        self.started_with = {"env": dict(os.environ), "harness": _harness_file(), "pid": os.getpid()}
 
     def serve(self) -> None:
         while True:
-            readable, _, _ = select.select([0], [], [], POLL_S)
+            sources = [0, *([self.listener.fileno()] if self.listener else []), *self.clients]
+            readable, _, _ = select.select(sources, [], [], POLL_S)
             self.reap()
-            if not readable:
-                continue
-            chunk = os.read(0, 65536)
-            if not chunk:  # the launcher closed the pipe or died: stop every launch still running
-                self.stop_all()
-                return
-            self.pending += chunk
-            while b"\n" in self.pending:
-                line, self.pending = self.pending.split(b"\n", 1)
-                self.fork_agent(json.loads(line))
+            for source in readable:
+                if source == 0:
+                    chunk = os.read(0, 65536)
+                    if not chunk:  # the launcher closed the pipe or died: stop every launch still running
+                        self.stop_all()
+                        return
+                    self.pending = self.handle(self.pending + chunk, None)
+                elif self.listener is not None and source == self.listener.fileno():
+                    client, _ = self.listener.accept()
+                    self.clients[client.fileno()] = [client, b""]
+                else:
+                    self.read_client(source)
 
-    def fork_agent(self, request: dict) -> None:
+    def read_client(self, fd: int) -> None:
+        client = self.clients[fd]
+        try:
+            chunk = client[0].recv(65536)
+        except OSError:
+            chunk = b""
+        if not chunk:  # its launcher is gone: so are its launches
+            self.stop_all(fd)
+            client[0].close()
+            del self.clients[fd]
+            return
+        client[1] = self.handle(client[1] + chunk, fd)
+
+    def handle(self, pending: bytes, fd: int | None) -> bytes:
+        """Serve each whole line of `pending`; returns the rest."""
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            request = json.loads(line)
+            if "hello" in request:
+                self.answer(fd, self.started_with)
+            else:
+                self.answer(fd, {"agent": self.fork_agent(request, fd)})
+        return pending
+
+    def answer(self, fd: int | None, message: dict) -> None:
+        line = json.dumps(message) + "\n"
+        if fd is None:
+            self.answers.write(line)
+            self.answers.flush()
+            return
+        try:
+            self.clients[fd][0].sendall(line.encode())
+        except OSError:
+            pass  # gone: its next read says so
+
+    def fork_agent(self, request: dict, fd: int | None) -> int:
         sys.stdout.flush(), sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
+            for inherited in [self.listener, *(client[0] for client in self.clients.values())]:
+                if inherited is not None:
+                    inherited.close()
             _agent_process(request)  # never returns
-        self.agents[pid] = request["exit_file"]
-        self.answers.write(json.dumps({"agent": pid}) + "\n")
-        self.answers.flush()
+        self.agents[pid] = (request["exit_file"], fd)
+        return pid
 
     def reap(self) -> None:
         while self.agents:
@@ -90,20 +139,30 @@ class Server:
                 return
             if pid == 0:
                 return
-            exit_file = self.agents.pop(pid, None)
+            exit_file, _ = self.agents.pop(pid, (None, None))
             if exit_file:
                 _write_atomically(exit_file, str(os.waitstatus_to_exitcode(status)))
 
-    def stop_all(self) -> None:
-        for pid in list(self.agents):
+    def stop_all(self, fd: int | None = None) -> None:
+        """Every launch (`fd` None: stdin closed) or those one connection asked for."""
+        mine = [pid for pid, (_, client) in self.agents.items() if fd is None or client == fd]
+        for pid in mine:
             try:
                 os.killpg(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+        if fd is not None:
+            return  # reaped by the loop, which goes on serving the others
         deadline = time.monotonic() + STOP_GRACE_S
         while self.agents and time.monotonic() < deadline:
             self.reap()
             time.sleep(POLL_S)
+
+
+def _harness_file() -> str:
+    import harness
+
+    return harness.__file__
 
 
 def _write_atomically(path: str, text: str) -> None:
@@ -124,6 +183,9 @@ def _agent_process(request: dict) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        if request.get("path"):  # the launcher's own (a project's modules, a kind or load of its own)
+            sys.path[:] = request["path"]
+        print(f"launch forked by warm parent {os.getppid()} for launcher {request['watch']}", flush=True)
         code = Agent(request["world_size"], request["group"], request["watch"]).run()
     except BaseException:  # noqa: BLE001 - said in the launch's log, which the launcher quotes
         traceback.print_exc()
@@ -225,14 +287,21 @@ def _rank_process(rank: int, world_size: int, port_pipe: int, group_file: str) -
         os._exit(code)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """`python -m harness.engine.forkserver [--listen SOCKET]`"""
+    argv = sys.argv[1:] if argv is None else argv
     die_with_parent()  # the launcher's death ends this process, whose death ends every agent and rank
     answers = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # anything an import prints goes to stderr, never into the answers
+    listener = None
+    if argv[:1] == ["--listen"]:  # bound before the imports: a client that connects meanwhile waits in the backlog
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(argv[1])
+        listener.listen(64)
     warm_imports()
     answers.write(json.dumps({"ready": os.getpid()}) + "\n")
     answers.flush()
-    Server(answers).serve()
+    Server(answers, listener).serve()
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ begins so its imports overlap the plan, asked for each launch on this host.
 It serves what it can serve alone and exactly: one host, CPU ranks (a parent that forks must not have touched CUDA)
 and no `--coverage` (coverage must start before diffusers is imported). Everything else, and any launch it cannot
 start, goes to torchrun as before. The warm parent is kept for the life of the process, so every run of one pytest
-session's worker shares it; a change of environment (PYTHONPATH, a plugin kind) starts a fresh one.
+session's worker shares it; a change of environment (PYTHONPATH, a plugin kind) starts a fresh one. A process can
+also share one with the processes it starts (`share`: the `harness` commands a pytest session runs), which use it
+when they would have started the same one.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,10 +29,11 @@ from harness.run import procs
 
 READY_TIMEOUT_S = 180.0  # its imports, on a loaded machine (the same bound as a torchrun launch's start-up)
 LOG = "ranks.log"  # a forked launch's agent and ranks write here what torchrun's would write to torchrun.log
+SHARED = "HARNESS_WARM_PARENT"  # the socket of a warm parent a process shares with those it starts (share)
 # Variables that differ between the runs of one pytest session, or appear while a run plans, and mean nothing to a
-# rank's imports: the test's name, and the Inductor cache folder (set in the launcher by torch's first use of it; each
-# rank sets its own, harness.engine.worker).
-IGNORED = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR")
+# rank's imports: the test's name, the Inductor cache folder (set in the launcher by torch's first use of it; each
+# rank sets its own, harness.engine.worker), and the shared parent's socket.
+IGNORED = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", SHARED)
 
 
 @dataclass
@@ -68,11 +72,30 @@ class ForkedLaunch:
         return -signal.SIGKILL
 
 
-class WarmParent:
-    """The process-wide warm parent: started once, restarted when it died or the environment changed."""
+class _Connection:
+    """A warm parent another process started (share), reached over its socket: what WarmParent uses of a Popen."""
 
-    def __init__(self) -> None:
-        self.process: subprocess.Popen | None = None
+    def __init__(self, client: socket.socket, pid: int) -> None:
+        self.stdin, self.stdout, self.pid = client.makefile("wb"), client, pid
+
+    def poll(self) -> int | None:
+        return None if self.stdout.fileno() >= 0 else 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        return 0  # closing the socket (`_stop`) is all: that parent stops this process's launches itself
+
+    def kill(self) -> None:
+        self.stdin.close()
+        self.stdout.close()
+
+
+class WarmParent:
+    """The process-wide warm parent: started once, restarted when it died or the environment changed. A process
+    whose environment names a shared one (SHARED) with the same environment and harness uses that one instead."""
+
+    def __init__(self, listen: str | None = None) -> None:
+        self.listen = listen  # a socket its children reach it on (share)
+        self.process: subprocess.Popen | _Connection | None = None
         self.errors = None  # its stderr, quoted when it fails to start
         self.key: dict | None = None
         self.ready = False
@@ -92,7 +115,8 @@ class WarmParent:
                 return self.failed or "the warm parent did not start"
             exit_file = folder / "agent.exit"
             request = {"world_size": world_size, "group": str(group_file), "log": str(folder / LOG),
-                       "exit_file": str(exit_file), "cwd": os.getcwd(), "env": env, "watch": os.getpid()}
+                       "exit_file": str(exit_file), "cwd": os.getcwd(), "env": env, "watch": os.getpid(),
+                       "path": sys.path}
             try:
                 self.process.stdin.write((json.dumps(request) + "\n").encode())
                 self.process.stdin.flush()
@@ -106,15 +130,43 @@ class WarmParent:
             return ForkedLaunch(answer["agent"], exit_file)
 
     def _started_for(self, env: dict[str, str]) -> None:
-        key = {name: value for name, value in env.items() if name not in IGNORED}
+        key = _key(env)
         if self.process is not None and self.process.poll() is None and key == self.key:
             return
         self._stop()
         self.key, self.ready, self.failed = key, False, None
+        self.process = None if self.listen else self._shared(env.get(SHARED), key)
+        if self.process is not None:
+            self.ready = True
+            return
         self.errors = tempfile.TemporaryFile()
-        self.process = subprocess.Popen([sys.executable, "-m", "harness.engine.forkserver"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=self.errors, env=env, start_new_session=True,
-                                        preexec_fn=procs.die_with_parent(signal.SIGKILL))
+        listen = ["--listen", self.listen] if self.listen else []
+        self.process = subprocess.Popen([sys.executable, "-m", "harness.engine.forkserver", *listen],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.errors, env=env,
+                                        start_new_session=True, preexec_fn=procs.die_with_parent(signal.SIGKILL))
+
+    @staticmethod
+    def _shared(path: str | None, key: dict) -> _Connection | None:
+        """The shared warm parent at `path` when it imported what this process would (same environment, same
+        harness); None when there is none, it does not answer, or it differs."""
+        if not path:
+            return None
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            client.settimeout(READY_TIMEOUT_S)  # it answers once its own imports are done
+            client.connect(path)
+            client.sendall(b'{"hello": 1}\n')
+            answer = json.loads(client.makefile("rb").readline() or b"{}")
+            client.settimeout(None)
+        except (OSError, ValueError):
+            client.close()
+            return None
+        import harness
+
+        if _key(answer.get("env", {})) != key or answer.get("harness") != harness.__file__:
+            client.close()
+            return None
+        return _Connection(client, answer.get("pid", 0))
 
     def _wait_ready(self) -> bool:
         if not self.ready:
@@ -170,12 +222,26 @@ class WarmParent:
             self._stop()
 
 
+def _key(env: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in env.items() if name not in IGNORED}
+
+
 _PARENT = WarmParent()
 atexit.register(_PARENT.close)
 
 
 def shared() -> WarmParent:
     return _PARENT
+
+
+def share(folder: Path, env: dict[str, str]) -> WarmParent:
+    """A warm parent the processes this one starts (and theirs) fork their ranks from when their environment is
+    this one's: a pytest session's `harness` commands and pytest sessions, which would each import torch and
+    diffusers for a warm parent of their own (about 5 s of CPU each). Its socket is named in SHARED; `close()` it."""
+    parent = WarmParent(listen=str(folder / "warm.sock"))
+    parent.prepare(env)
+    os.environ[SHARED] = parent.listen
+    return parent
 
 
 def start_early(rank_start: str, coverage: bool, env: dict[str, str]) -> None:

@@ -142,3 +142,33 @@ def test_the_warm_parent_started_as_a_run_begins_is_the_one_its_launches_use(set
         assert parent.process.pid != early
     finally:
         parent.close()
+
+
+@pytest.mark.slow
+def test_a_command_the_session_starts_forks_its_ranks_from_the_sessions_warm_parent(
+        project, zoo_references, one_warm_parent_for_the_commands_tests_start):
+    """A `harness run` this session starts forks its ranks from the worker's shared warm parent instead of importing
+    torch and diffusers for one of its own; one whose environment differs (a plugin's folder on PYTHONPATH, which
+    its ranks import from) must not, as that parent imported without it."""
+    import os
+
+    from harness.run import warm
+
+    shared = one_warm_parent_for_the_commands_tests_start
+    if shared is None:
+        pytest.skip("no shared warm parent: CUDA ranks start under torchrun")
+
+    def forked_by(report_dir: str, env: dict) -> set[str]:
+        done = subprocess.run([sys.executable, "-m", "harness", "run", "--references", str(zoo_references),
+                               "--models", "flux", "--layouts", "ulysses2", "--kinds", "tensor", "--keep-work",
+                               "--report-dir", report_dir], cwd=project, capture_output=True, text=True, env=env,
+                              timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        logs = list((project / f"{report_dir}.work").rglob(warm.LOG))
+        assert logs, "no launch forked from a warm parent"
+        return {line.split("warm parent ")[1].split()[0] for log in logs for line in log.read_text().splitlines()
+                if line.startswith("launch forked by warm parent")}
+
+    assert forked_by("same", dict(os.environ)) == {str(shared.process.pid)}
+    other = forked_by("other", {**os.environ, "PYTHONPATH": str(project)})
+    assert other and str(shared.process.pid) not in other
