@@ -26,14 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.run import procs
+from harness.run.timing import TIME_LOG
 
 READY_TIMEOUT_S = 180.0  # its imports, on a loaded machine (the same bound as a torchrun launch's start-up)
 LOG = "ranks.log"  # a forked launch's agent and ranks write here what torchrun's would write to torchrun.log
 SHARED = "HARNESS_WARM_PARENT"  # the socket of a warm parent a process shares with those it starts (share)
 # Variables that differ between the runs of one pytest session, or appear while a run plans, and mean nothing to a
 # rank's imports: the test's name, the Inductor cache folder (set in the launcher by torch's first use of it; each
-# rank sets its own, harness.engine.worker), and the shared parent's socket.
-IGNORED = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", SHARED)
+# rank sets its own, harness.engine.worker), the shared parent's socket, and the file a launcher appends its time
+# breakdown to (benchmarks/bench_tests.py names one per test item).
+IGNORED = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", SHARED, TIME_LOG)
 
 
 @dataclass
