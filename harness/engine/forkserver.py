@@ -8,8 +8,9 @@ the process group's TCP store, forks the ranks with torchrun's environment and, 
 a second to see which one before it stops the rest. Nothing a case does reaches the next launch: every launch's ranks
 are fresh forks of this process, which never runs a case itself.
 
-Run as `python -m harness.engine.forkserver`; it reads one JSON request per line on stdin and answers on stdout. It
-must not start threads or touch an accelerator before forking, so it serves CPU runs only (harness.run.warm).
+Run as `python -m harness.engine.forkserver [--listen SOCKET]`; it reads one JSON request per line on stdin and
+answers on stdout, and with `--listen` the same on each connection to SOCKET (`Server`). It must not start threads
+or touch an accelerator before forking, so it serves CPU runs only (harness.run.warm).
 """
 
 from __future__ import annotations
