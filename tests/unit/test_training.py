@@ -185,6 +185,7 @@ def test_the_train_kind_has_its_own_models_and_layouts_until_the_user_names_them
 
 
 DDP_SCRIPT = """
+import faulthandler; faulthandler.enable()  # a rank that aborts says where
 import json, sys, torch, torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from harness.core import determinism
@@ -208,6 +209,7 @@ if dist.get_rank() == 0:
     errors = training_errors(ran, *_expected(reference))
     worst = max(value["rel_l2"] for value in errors["param_errors"].values())
     print(json.dumps({"loss": errors["loss_rel_err"], "grad": worst, "weights": errors["weight_max_abs_err"]}))
+dist.barrier()  # every rank tears the group down together (rank 1 once aborted alone in teardown, rank 0 judging)
 dist.destroy_process_group()
 """
 
@@ -227,6 +229,6 @@ def test_both_data_parallel_engines_train_like_one_device(tmp_path, engine):
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            str(script), str(path), engine], capture_output=True, text=True, timeout=600,
                           cwd=Path(__file__).resolve().parents[2])
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-6000:]
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     assert figures["loss"] < 1e-6 and figures["grad"] < 1e-5 and figures["weights"] < 1e-4, figures
