@@ -125,7 +125,7 @@ def cmd_capture(args) -> int:
 def cmd_run(args) -> int:
     from harness.run import runner, warm
     from harness.run.folders import launches_folder
-    from harness.run.launchers import launcher_from, node_env
+    from harness.run.launchers import launcher_from
     from harness.run.lock import report_folder_lock
     from harness.run.nodes import NodeAgent
 
@@ -137,7 +137,7 @@ def cmd_run(args) -> int:
     if launcher.node_rank > 0:  # this node only runs ranks: node 0 plans, judges and reports
         return NodeAgent(launches_folder(settings.path("report_dir")), launcher).run()
     with report_folder_lock(settings.path("report_dir")):  # a second run into this folder is refused before it plans
-        warm.start_early(settings.rank_start, settings.coverage, node_env(0))  # its imports overlap the plan's
+        warm.start_early(settings)  # its imports overlap the plan's
         plan = runner.plan_from(settings, args.inject_fault)
         # The wall a user waits counts from the process's start: the interpreter and the imports too.
         started = process_age_s()
@@ -197,11 +197,10 @@ def cmd_merge(args) -> int:
 
 def cmd_selftest(args) -> int:
     from harness.run import warm
-    from harness.run.launchers import node_env
     from harness.run.selftest import localize_selftest, selftest
 
     settings = _settings(args)
-    warm.start_early(settings.rank_start, settings.coverage, node_env(0))  # its imports overlap the plan's
+    warm.start_early(settings)  # its imports overlap the plan's
     return (localize_selftest if args.localize else selftest)(settings)
 
 

@@ -24,6 +24,8 @@ import sys
 import time
 import traceback
 
+import harness
+
 POLL_S = 0.1
 MONITOR_S = 1.0  # after a rank fails, the launcher's time to see which one before the others are stopped (torchrun's
 # --monitor-interval in harness.run.launchers)
@@ -66,7 +68,7 @@ class Server:
         self.answers, self.listener, self.pending = answers, listener, b""
         self.agents: dict[int, tuple[str, int | None]] = {}  # agent pid -> (its exit file, its connection's fd)
         self.clients: dict[int, list] = {}  # a connection's fd -> [its socket, what it sent past its last line]
-        self.started_with = {"env": dict(os.environ), "harness": _harness_file(), "pid": os.getpid()}
+        self.started_with = {"env": dict(os.environ), "harness": harness.__file__, "pid": os.getpid()}
 
     def serve(self) -> None:
         while True:
@@ -158,12 +160,6 @@ class Server:
         while self.agents and time.monotonic() < deadline:
             self.reap()
             time.sleep(POLL_S)
-
-
-def _harness_file() -> str:
-    import harness
-
-    return harness.__file__
 
 
 def _write_atomically(path: str, text: str) -> None:

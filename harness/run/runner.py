@@ -285,7 +285,7 @@ def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo,
 
 def forked(settings: Settings) -> bool:
     """Whether this run's launches fork their ranks from the warm parent (harness.run.warm)."""
-    return warm.serves(settings.rank_start, settings.coverage)
+    return warm.serves(settings)
 
 
 def compile_cache(settings: Settings, report_dir: Path) -> str:

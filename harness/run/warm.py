@@ -24,9 +24,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import harness
 from harness.run import procs
 from harness.run.timing import TIME_LOG
+
+if TYPE_CHECKING:
+    from harness.run.settings import Settings
 
 READY_TIMEOUT_S = 180.0  # its imports, on a loaded machine (the same bound as a torchrun launch's start-up)
 LOG = "ranks.log"  # a forked launch's agent and ranks write here what torchrun's would write to torchrun.log
@@ -163,8 +168,6 @@ class WarmParent:
         except (OSError, ValueError):
             client.close()
             return None
-        import harness
-
         if _key(answer.get("env", {})) != key or answer.get("harness") != harness.__file__:
             client.close()
             return None
@@ -205,9 +208,9 @@ class WarmParent:
         """Closing its stdin stops it, and every launch it still runs (their agents die with it); one still importing
         has no launch and is killed rather than waited for."""
         process, ready, self.process, self.ready = self.process, self.ready, None, False
-        if process is not None and not ready:
-            process.kill()
         if process is not None:
+            if not ready:
+                process.kill()
             try:
                 process.stdin.close()
                 process.wait(timeout=10)
@@ -246,19 +249,26 @@ def share(folder: Path, env: dict[str, str]) -> WarmParent:
     return parent
 
 
-def start_early(rank_start: str, coverage: bool, env: dict[str, str]) -> None:
+def start_early(settings: Settings) -> None:
     """Start the warm parent as `harness run` begins, before the launcher imports torch, so the two imports overlap
     instead of the first launch waiting for the parent's (about 5 s a run on 2 cores, docs/measured.md). A guess
     made without torch: `serves` stops it again on a machine with CUDA."""
-    if rank_start == "fork" and not coverage:
-        _PARENT.prepare(env)
+    from harness.run.launchers import node_env
+
+    if _asked(settings):
+        _PARENT.prepare(node_env(0))
 
 
-def serves(rank_start: str, coverage: bool) -> bool:
+def serves(settings: Settings) -> bool:
     """Whether this run's launches on this host fork from the warm parent."""
     import torch
 
     if torch.cuda.is_available():
         _PARENT.close()  # started early on a guess (start_early): CUDA ranks start under torchrun
         return False
-    return rank_start == "fork" and not coverage
+    return _asked(settings)
+
+
+def _asked(settings: Settings) -> bool:
+    """The run's options let its ranks fork (`--rank-start fork`, and no `--coverage`, which must start first)."""
+    return settings.rank_start == "fork" and not settings.coverage

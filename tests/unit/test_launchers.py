@@ -130,7 +130,7 @@ def test_the_warm_parent_started_as_a_run_begins_is_the_one_its_launches_use(set
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     settings = settings_for(models=["flux"], layouts=["ulysses2"], kinds=["tensor"])
     try:
-        warm.start_early(settings.rank_start, settings.coverage, node_env(0))
+        warm.start_early(settings)
         early = parent.process.pid
         runner.plan_from(settings, None)
         monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_someone")  # as torch's first use sets it
