@@ -16,6 +16,9 @@ from harness.run.handover import RunStopped
 from harness.run.settings import OPTIONS, RUN_OPTIONS, load_settings, split_list
 
 IMPORTED = time.monotonic()  # where the wall starts where the process's own start cannot be read
+# When the command started, where this process's start is not it: the monotonic time at which `python -m harness`
+# started, when that process handed the command to a warm parent to run in a fork (`forked`).
+STARTED: float | None = None
 
 
 def add_options(parser: argparse.ArgumentParser, names, in_force: dict) -> None:
@@ -89,6 +92,23 @@ def _terminate(signum, _frame) -> None:
     raise Terminated(signum)
 
 
+def entry() -> int:
+    """`harness` and `python -m harness`: in a fork of the warm parent a pytest session shares with the commands its
+    tests start, which has torch and diffusers imported, when there is one for this environment; else here."""
+    from harness.run import warm
+
+    code = warm.run_in_shared(sys.argv, f"{__name__}:{forked.__name__}", imports=("harness.run.runner",))
+    return main() if code is None else code
+
+
+def forked(argv: list[str], started: float) -> int:
+    """`main` in a fork of a warm parent (harness.run.warm.run_in_shared), for a command that started at `started`
+    (time.monotonic) in another process."""
+    global STARTED
+    STARTED = started
+    return main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     previous = {signum: signal.signal(signum, _terminate) for signum in (signal.SIGTERM, signal.SIGHUP)}
@@ -140,7 +160,7 @@ def cmd_run(args) -> int:
         warm.start_early(settings)  # its imports overlap the plan's
         plan = runner.plan_from(settings, args.inject_fault)
         # The wall a user waits counts from the process's start: the interpreter and the imports too.
-        started = process_age_s()
+        started = time.monotonic() - STARTED if STARTED is not None else process_age_s()
         summary = runner.run(settings, plan, resume=args.resume,
                              plan_s=started if started is not None else time.monotonic() - IMPORTED)
     return summary.exit_code

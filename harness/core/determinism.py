@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 
 import torch
@@ -17,8 +16,9 @@ def strict_fp32() -> None:
 
 
 def quiet_diffusers() -> None:
-    """diffusers' "experimental feature" warnings repeat per case and carry no information for a harness user."""
-    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
+    """diffusers' "experimental feature" warnings repeat per case and carry no information for a harness user. This
+    process only: the environment its children get stays as it was (a rank's says so itself,
+    harness.run.launchers.node_env), so a `harness` command a test starts is started as a user's would be."""
     from diffusers.utils import logging as diffusers_logging
 
     diffusers_logging.set_verbosity_error()

@@ -9,12 +9,15 @@ a second to see which one before it stops the rest. Nothing a case does reaches 
 are fresh forks of this process, which never runs a case itself.
 
 Run as `python -m harness.engine.forkserver [--listen SOCKET]`; it reads one JSON request per line on stdin and
-answers on stdout, and with `--listen` the same on each connection to SOCKET (`Server`). It must not start threads
+answers on stdout, and with `--listen` the same on each connection to SOCKET (`Server`). A connection may also hand
+it a whole command with its standard streams and the function that runs it (harness.run.warm.run_in_shared): the
+command then runs in a fork of this process, with torch and diffusers already imported. It must not start threads
 or touch an accelerator before forking, so it serves CPU runs only (harness.run.warm).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import select
@@ -61,14 +64,19 @@ class Server:
 
     Requests come on stdin from the process that started it, and, with `--listen PATH`, on connections to a unix
     socket from the processes that one starts (`harness` commands a pytest session runs: harness.run.warm.share).
-    A connection first asks `hello` (the environment and harness this process imported, which its client compares
-    with its own); when it closes, its launches are stopped, as all are when stdin closes."""
+    A connection first asks `hello` (the environment, interpreter and harness this process imported, which its
+    client compares with its own); it may then ask for launches, or hand over a command (`command`, with its
+    standard streams), whose exit code it is sent when the command ends. When a connection closes, its launches and
+    command are stopped, as all are when stdin closes."""
 
     def __init__(self, answers, listener: socket.socket | None = None) -> None:
         self.answers, self.listener, self.pending = answers, listener, b""
-        self.agents: dict[int, tuple[str, int | None]] = {}  # agent pid -> (its exit file, its connection's fd)
-        self.clients: dict[int, list] = {}  # a connection's fd -> [its socket, what it sent past its last line]
-        self.started_with = {"env": dict(os.environ), "harness": harness.__file__, "pid": os.getpid()}
+        # agent or command pid -> (the agent's exit file, None for a command; its connection's fd)
+        self.agents: dict[int, tuple[str | None, int | None]] = {}
+        # a connection's fd -> [its socket, what it sent past its last line, the descriptors it sent]
+        self.clients: dict[int, list] = {}
+        self.started_with = {"env": dict(os.environ), "harness": harness.__file__, "pid": os.getpid(),
+                             "executable": sys.executable, "flags": list(sys.flags), "warnoptions": sys.warnoptions}
 
     def serve(self) -> None:
         while True:
@@ -84,22 +92,28 @@ class Server:
                     self.pending = self.handle(self.pending + chunk, None)
                 elif self.listener is not None and source == self.listener.fileno():
                     client, _ = self.listener.accept()
-                    self.clients[client.fileno()] = [client, b""]
+                    self.clients[client.fileno()] = [client, b"", []]
                 else:
                     self.read_client(source)
 
     def read_client(self, fd: int) -> None:
         client = self.clients[fd]
         try:
-            chunk = client[0].recv(65536)
+            chunk, fds, _, _ = socket.recv_fds(client[0], 65536, 3)
         except OSError:
-            chunk = b""
-        if not chunk:  # its launcher is gone: so are its launches
+            chunk, fds = b"", []
+        client[2].extend(fds)
+        if not chunk:  # its launcher is gone: so are its launches and its command
             self.stop_all(fd)
-            client[0].close()
-            del self.clients[fd]
+            self.close_client(fd)
             return
         client[1] = self.handle(client[1] + chunk, fd)
+
+    def close_client(self, fd: int) -> None:
+        client = self.clients.pop(fd)
+        for descriptor in client[2]:
+            os.close(descriptor)
+        client[0].close()
 
     def handle(self, pending: bytes, fd: int | None) -> bytes:
         """Serve each whole line of `pending`; returns the rest."""
@@ -108,6 +122,8 @@ class Server:
             request = json.loads(line)
             if "hello" in request:
                 self.answer(fd, self.started_with)
+            elif "command" in request:
+                self.answer(fd, self.fork_command(request, fd))
             else:
                 self.answer(fd, {"agent": self.fork_agent(request, fd)})
         return pending
@@ -127,12 +143,48 @@ class Server:
         sys.stdout.flush(), sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            for inherited in [self.listener, *(client[0] for client in self.clients.values())]:
-                if inherited is not None:
-                    inherited.close()
+            self.forget()
             _agent_process(request)  # never returns
         self.agents[pid] = (request["exit_file"], fd)
         return pid
+
+    def fork_command(self, request: dict, fd: int) -> dict:
+        """A command in a fork of this process, on the standard streams its connection sent: `call`
+        ("module:function") called with its arguments and when it started. Its module, and the modules it names in
+        `imports` (what the command imports as it runs), are imported here, once, so every later fork has them."""
+        streams, self.clients[fd][2] = self.clients[fd][2], []
+        try:
+            if len(streams) != 3:
+                raise ValueError(f"a command needs its 3 standard streams, {len(streams)} came")
+            module, _, name = request["call"].partition(":")
+            for imported in request.get("imports", []):
+                importlib.import_module(imported)
+            function = getattr(importlib.import_module(module), name)
+        except Exception as error:  # noqa: BLE001 - said to the client, which then runs the command itself
+            for descriptor in streams:
+                os.close(descriptor)
+            return {"error": f"{type(error).__name__}: {error}"}
+        sys.stdout.flush(), sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            for target, descriptor in enumerate(streams):
+                os.dup2(descriptor, target)
+            for descriptor in streams:
+                os.close(descriptor)
+            self.forget()
+            _command_process(request, function)  # never returns
+        for descriptor in streams:  # the command's now: kept here, a reader of its output would never see the end
+            os.close(descriptor)
+        self.agents[pid] = (None, fd)
+        return {"command": pid}
+
+    def forget(self) -> None:
+        """In a fork: the sockets and descriptors of the server are not the child's (a client's death must close
+        its connection, and the descriptors it sent belong to the command they were sent for)."""
+        if self.listener is not None:
+            self.listener.close()
+        for fd in list(self.clients):
+            self.close_client(fd)
 
     def reap(self) -> None:
         while self.agents:
@@ -142,12 +194,14 @@ class Server:
                 return
             if pid == 0:
                 return
-            exit_file, _ = self.agents.pop(pid, (None, None))
+            exit_file, fd = self.agents.pop(pid, (None, None))
             if exit_file:
                 _write_atomically(exit_file, str(os.waitstatus_to_exitcode(status)))
+            elif fd in self.clients:  # a command: its client waits for the code
+                self.answer(fd, {"exit": os.waitstatus_to_exitcode(status)})
 
     def stop_all(self, fd: int | None = None) -> None:
-        """Every launch (`fd` None: stdin closed) or those one connection asked for."""
+        """Every launch and command (`fd` None: stdin closed) or those one connection asked for."""
         mine = [pid for pid, (_, client) in self.agents.items() if fd is None or client == fd]
         for pid in mine:
             try:
@@ -189,6 +243,41 @@ def _agent_process(request: dict) -> None:
     finally:
         sys.stdout.flush(), sys.stderr.flush()
         os._exit(code)
+
+
+def _command_process(request: dict, function) -> None:
+    """The forked command: the client's directory, environment, import path and arguments, in a session of its own
+    (its connection closing, as when its client dies, stops the session). Exits as the command would have."""
+    import atexit
+
+    code = 1
+    try:
+        os.setsid()
+        die_with_parent()
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.path[:], sys.argv = request["path"], request["command"]
+        for stream in (sys.stdout, sys.stderr):  # as a fresh interpreter would buffer them for these streams
+            stream.reconfigure(line_buffering=stream is sys.stderr or stream.isatty())
+        atexit._clear()  # this process's own exit functions are not the command's  # noqa: SLF001
+        code = function(sys.argv[1:], request["started"])
+    except SystemExit as stop:  # as the interpreter ends on one
+        if isinstance(stop.code, int) or stop.code is None:
+            code = stop.code or 0
+        else:
+            print(stop.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        code = 128 + signal.SIGINT
+    except BaseException:  # noqa: BLE001 - the command's own traceback, on its own stderr
+        traceback.print_exc()
+    finally:
+        try:
+            atexit._run_exitfuncs()  # noqa: SLF001
+        finally:
+            sys.stdout.flush(), sys.stderr.flush()
+            os._exit(code)
 
 
 class Agent:

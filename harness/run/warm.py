@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import harness
+from harness.core.errors import process_age_s
 from harness.run import procs
 from harness.run.timing import TIME_LOG
 
@@ -35,12 +36,15 @@ if TYPE_CHECKING:
 
 READY_TIMEOUT_S = 180.0  # its imports, on a loaded machine (the same bound as a torchrun launch's start-up)
 LOG = "ranks.log"  # a forked launch's agent and ranks write here what torchrun's would write to torchrun.log
-SHARED = "HARNESS_WARM_PARENT"  # the socket of a warm parent a process shares with those it starts (share)
-# Variables that differ between the runs of one pytest session, or appear while a run plans, and mean nothing to a
-# rank's imports: the test's name, the Inductor cache folder (set in the launcher by torch's first use of it; each
-# rank sets its own, harness.engine.worker), the shared parent's socket, and the file a launcher appends its time
-# breakdown to (benchmarks/bench_tests.py names one per test item).
-IGNORED = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", SHARED, TIME_LOG)
+# The sockets (os.pathsep between them) of the warm parents a process shares with those it starts (share), each
+# started for one environment: a launch's ranks' (harness.run.launchers.node_env) and a command's own.
+SHARED = "HARNESS_WARM_PARENT"
+# Variables that differ between the runs of one pytest session, or appear while a run plans, and mean nothing to
+# imports: the test's name, the Inductor cache folder (set in the launcher by torch's first use of it; each rank sets
+# its own, harness.engine.worker), the shared parents' sockets, the file a launcher appends its time breakdown to
+# (benchmarks/bench_tests.py names one per test item), and the terminal's size (GNU readline, once some import has
+# loaded it, sets LINES and COLUMNS in the environment the process's children get, not in os.environ).
+IGNORED = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", SHARED, TIME_LOG, "LINES", "COLUMNS")
 
 
 @dataclass
@@ -98,7 +102,7 @@ class _Connection:
 
 class WarmParent:
     """The process-wide warm parent: started once, restarted when it died or the environment changed. A process
-    whose environment names a shared one (SHARED) with the same environment and harness uses that one instead."""
+    whose environment names a shared one (SHARED) for the same environment and harness uses that one instead."""
 
     def __init__(self, listen: str | None = None) -> None:
         self.listen = listen  # a socket its children reach it on (share)
@@ -156,22 +160,8 @@ class WarmParent:
     def _shared(path: str | None, key: dict) -> _Connection | None:
         """The shared warm parent at `path` when it imported what this process would (same environment, same
         harness); None when there is none, it does not answer, or it differs."""
-        if not path:
-            return None
-        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            client.settimeout(READY_TIMEOUT_S)  # it answers once its own imports are done
-            client.connect(path)
-            client.sendall(b'{"hello": 1}\n')
-            answer = json.loads(client.makefile("rb").readline() or b"{}")
-            client.settimeout(None)
-        except (OSError, ValueError):
-            client.close()
-            return None
-        if _key(answer.get("env", {})) != key or answer.get("harness") != harness.__file__:
-            client.close()
-            return None
-        return _Connection(client, answer.get("pid", 0))
+        said = _hello(path, key)
+        return None if said is None else _Connection(said[0], said[1].get("pid", 0))
 
     def _wait_ready(self) -> bool:
         if not self.ready:
@@ -231,6 +221,28 @@ def _key(env: dict[str, str]) -> dict[str, str]:
     return {name: value for name, value in env.items() if name not in IGNORED}
 
 
+def _hello(paths: str | None, key: dict) -> tuple[socket.socket, dict] | None:
+    """A connection to the first shared warm parent of `paths` (SHARED's value) that imported what this process
+    would (same environment, same harness), and what it says of itself; None when none does or answers."""
+    for path in (paths or "").split(os.pathsep):
+        if not path:
+            continue
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            client.settimeout(READY_TIMEOUT_S)  # it answers once its own imports are done
+            client.connect(path)
+            client.sendall(b'{"hello": 1}\n')
+            answer = json.loads(client.makefile("rb").readline() or b"{}")
+            client.settimeout(None)
+        except (OSError, ValueError):
+            client.close()
+            continue
+        if _key(answer.get("env", {})) == key and answer.get("harness") == harness.__file__:
+            return client, answer
+        client.close()
+    return None
+
+
 _PARENT = WarmParent()
 atexit.register(_PARENT.close)
 
@@ -240,13 +252,88 @@ def shared() -> WarmParent:
 
 
 def share(folder: Path, env: dict[str, str]) -> WarmParent:
-    """A warm parent the processes this one starts (and theirs) fork their ranks from when their environment is
-    this one's: a pytest session's `harness` commands and pytest sessions, which would each import torch and
-    diffusers for a warm parent of their own (about 5 s of CPU each). Its socket is named in SHARED; `close()` it."""
+    """A warm parent for `env` that the processes this one starts (and theirs) use when theirs is `env`: started for
+    a launch's environment, the `harness` commands and pytest sessions of a pytest session fork their ranks from it
+    instead of importing torch and diffusers for a warm parent of their own (about 5 s of CPU each); started for
+    the session's own, its `harness` commands run in a fork of it (run_in_shared). Its socket is added to SHARED;
+    `close()` it."""
     parent = WarmParent(listen=str(folder / "warm.sock"))
     parent.prepare(env)
-    os.environ[SHARED] = parent.listen
+    os.environ[SHARED] = os.pathsep.join(filter(None, [os.environ.get(SHARED), parent.listen]))
     return parent
+
+
+def run_in_shared(argv: list[str], call: str, imports: tuple[str, ...] = ()) -> int | None:
+    """Run this `harness` command (`argv` as sys.argv) in a fork of a shared warm parent (SHARED), which has torch
+    and diffusers imported, when its environment, interpreter and harness are this process's: there `call`
+    ("module:function") is called with `argv[1:]` and when this process started, `imports` imported beforehand in
+    the warm parent (once for every command). The command's exit code, or None to run it here. A command the
+    pytest session's tests start would otherwise import them itself (about 6 s of CPU, even to refuse a bad
+    option). The fork gets this process's standard streams, directory,
+    environment and import path; a signal this process gets is passed on to it, and its death by a signal is this
+    process's; this process's death (its connection closes) stops it."""
+    said = _hello(os.environ.get(SHARED), _key(dict(os.environ)))
+    if said is None:
+        return None
+    client, answer = said
+    if (answer.get("executable"), answer.get("flags"), answer.get("warnoptions")) != (
+            sys.executable, list(sys.flags), sys.warnoptions):
+        client.close()
+        return None
+    request = {"command": list(argv), "call": call, "imports": list(imports), "cwd": os.getcwd(),
+               "env": dict(os.environ), "path": sys.path, "started": time.monotonic() - (process_age_s() or 0.0)}
+    command, waiting = None, []
+
+    def forward(signum, _frame) -> None:
+        if command is None:
+            waiting.append(signum)
+        else:
+            os.kill(command, signum)
+
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {signum: signal.signal(signum, forward) for signum in handled}
+    try:
+        answers = client.makefile("rb")
+        streams = [_open_or_null(fd) for fd in (0, 1, 2)]
+        try:
+            socket.send_fds(client, [(json.dumps(request) + "\n").encode()], streams)
+            started = json.loads(answers.readline() or b"{}")
+        except (OSError, ValueError):
+            return None  # nothing ran: run it here
+        finally:
+            for fd, stream in zip((0, 1, 2), streams, strict=True):
+                if stream != fd:
+                    os.close(stream)
+        if "command" not in started:
+            return None
+        command = started["command"]
+        for signum in waiting:
+            os.kill(command, signum)
+        ended = answers.readline()
+        if not ended:
+            print(f"harness: error: the warm parent running this command died ({SHARED}={os.environ[SHARED]})",
+                  file=sys.stderr)
+            return 1
+        code = json.loads(ended)["exit"]
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        client.close()
+    if code < 0:  # killed by a signal: so is this process, as its parent would see of the command run here
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        return 128 - code
+    return code
+
+
+def _open_or_null(fd: int) -> int:
+    """`fd` when this process has it open, else a descriptor of the null device (a pytest-xdist worker starts its
+    processes with no standard input)."""
+    try:
+        os.fstat(fd)
+        return fd
+    except OSError:
+        return os.open(os.devnull, os.O_RDWR)
 
 
 def start_early(settings: Settings) -> None:

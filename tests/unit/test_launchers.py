@@ -145,11 +145,12 @@ def test_the_warm_parent_started_as_a_run_begins_is_the_one_its_launches_use(set
 
 
 @pytest.mark.slow
-def test_a_command_the_session_starts_forks_its_ranks_from_the_sessions_warm_parent(
+def test_a_command_the_session_starts_runs_in_a_fork_and_forks_its_ranks_from_the_sessions_warm_parents(
         project, zoo_references, one_warm_parent_for_the_commands_tests_start):
-    """A `harness run` this session starts forks its ranks from the worker's shared warm parent instead of importing
-    torch and diffusers for one of its own; one whose environment differs (a plugin's folder on PYTHONPATH, which
-    its ranks import from) must not, as that parent imported without it."""
+    """A `harness run` this session starts runs in a fork of the worker's warm parent for commands, and forks its
+    ranks from the worker's shared warm parent, instead of importing torch and diffusers for itself and for a warm
+    parent of its own; one whose environment differs (a plugin's folder on PYTHONPATH, which it and its ranks import
+    from) must do neither, as those parents imported without it."""
     import os
 
     from harness.run import warm
@@ -158,17 +159,23 @@ def test_a_command_the_session_starts_forks_its_ranks_from_the_sessions_warm_par
     if shared is None:
         pytest.skip("no shared warm parent: CUDA ranks start under torchrun")
 
-    def forked_by(report_dir: str, env: dict) -> set[str]:
-        done = subprocess.run([sys.executable, "-m", "harness", "run", "--references", str(zoo_references),
-                               "--models", "flux", "--layouts", "ulysses2", "--kinds", "tensor", "--keep-work",
-                               "--report-dir", report_dir], cwd=project, capture_output=True, text=True, env=env,
-                              timeout=600)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    def forked_by(report_dir: str, env: dict) -> tuple[set[str], set[str], str]:
+        """The warm parents its launches forked from, the launchers they name, and the command's own pid."""
+        command = subprocess.Popen([sys.executable, "-m", "harness", "run", "--references", str(zoo_references),
+                                    "--models", "flux", "--layouts", "ulysses2", "--kinds", "tensor", "--keep-work",
+                                    "--report-dir", report_dir], cwd=project, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, env=env)
+        out, err = command.communicate(timeout=600)
+        assert command.returncode == 0, out[-2000:] + err[-2000:]
         logs = list((project / f"{report_dir}.work").rglob(warm.LOG))
         assert logs, "no launch forked from a warm parent"
-        return {line.split("warm parent ")[1].split()[0] for log in logs for line in log.read_text().splitlines()
-                if line.startswith("launch forked by warm parent")}
+        lines = [line.split() for log in logs for line in log.read_text().splitlines()
+                 if line.startswith("launch forked by warm parent")]
+        return {line[5] for line in lines}, {line[-1] for line in lines}, str(command.pid)
 
-    assert forked_by("same", dict(os.environ)) == {str(shared.process.pid)}
-    other = forked_by("other", {**os.environ, "PYTHONPATH": str(project)})
-    assert other and str(shared.process.pid) not in other
+    parents, launchers, pid = forked_by("same", dict(os.environ))
+    assert parents == {str(shared.process.pid)}
+    assert launchers and pid not in launchers  # the run was a fork, not the process the test started
+    parents, launchers, pid = forked_by("other", {**os.environ, "PYTHONPATH": str(project)})
+    assert parents and str(shared.process.pid) not in parents
+    assert launchers == {pid}
