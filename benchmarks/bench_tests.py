@@ -6,10 +6,12 @@ Runs pytest with `--durations=0` and a JUnit XML into a scratch folder, with ben
 `HARNESS_TIME_LOG` at a file per test item, to which every harness run of that item (in the pytest process, an xdist
 worker, a `harness run` or a pytest the test starts) appends its breakdown (harness.run.timing). Usage:
 
-    python benchmarks/bench_tests.py [-n 2] [--slow-s 5] [pytest selection: files, -m EXPR, -k EXPR ...]
+    python benchmarks/bench_tests.py [-n 2] [--slow-s 5] [--write-durations] [pytest selection ...]
 
 e.g. `python benchmarks/bench_tests.py tests/unit/test_compile.py -m slow`. Prints Markdown tables for
 docs/measured.md. Times are wall seconds on whatever else the machine runs: say so beside the figures.
+`--write-durations` also writes each file's wall seconds to tests/durations.json, the order in which pytest-xdist
+hands the files to its workers (tests/conftest.py): run it on the whole test command, quiet.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from timed_items import FOLDER, log_file
+
+DURATIONS = Path(__file__).resolve().parents[1] / "tests" / "durations.json"
 
 PARTS = ("runs", "launches", "launch start-ups", "compile", "model build", "compute")
 HEAD = "| {what} | wall (s) | " + " | ".join(PARTS) + " |\n|---|---:|" + "---:|" * len(PARTS)
@@ -95,13 +99,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", dest="workers", default="2", help="pytest-xdist workers (0: none).")
     parser.add_argument("--slow-s", type=float, default=5.0, help="List each test that took this long or more.")
+    parser.add_argument("--write-durations", action="store_true", help=f"Write each file's seconds to {DURATIONS}.")
     known, selection = parser.parse_known_args()
     with tempfile.TemporaryDirectory() as folder:
         scratch = Path(folder)
         wall = run_pytest(selection, known.workers, scratch)
         if not (scratch / "junit.xml").exists():
             sys.exit("pytest wrote no JUnit XML: see its output above")
-        report(item_times(scratch / "junit.xml"), scratch / "logs", known.slow_s, wall)
+        times = item_times(scratch / "junit.xml")
+        report(times, scratch / "logs", known.slow_s, wall)
+        if known.write_durations:
+            write_durations(times)
+
+
+def write_durations(times: dict[str, float]) -> None:
+    by_file: dict[str, float] = defaultdict(float)
+    for node, seconds in times.items():
+        by_file[node.split("::")[0]] += seconds
+    DURATIONS.write_text(json.dumps({path: round(by_file[path], 1) for path in sorted(by_file)}, indent=0) + "\n")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,35 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
+from pathlib import Path
 
 import pytest
+
+# Each test file's wall seconds in the last measured run of the test command (benchmarks/bench_tests.py
+# --write-durations): the order pytest-xdist hands the files out in.
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: files in the order below, not by their size
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, whose workers each take a whole file (harness.plugin), the longest files first and the
+    quickest last, so the workers end together: ordered by their number of tests, the few-test files that launch
+    ranks came last, and one worker ran the last of them while the other waited. A file not measured yet goes
+    first. Only the order changes: every item runs."""
+    if getattr(config.option, "dist", "no") == "no":
+        return
+    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    first_seen = {}
+    for item in items:
+        first_seen.setdefault(item.nodeid.split("::")[0], len(first_seen))
+    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], float("inf")),
+                                 first_seen[item.nodeid.split("::")[0]]))
 
 
 def rewrite_reference_meta(path, change) -> None:
@@ -25,7 +51,8 @@ def rewrite_reference_meta(path, change) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def one_warm_parent_for_the_commands_tests_start(request, tmp_path_factory):
     """The `harness` commands and pytest sessions the slow tests start fork their ranks from one warm parent of this
-    session's worker instead of each importing torch and diffusers for its own (harness.run.warm.share)."""
+    session's worker instead of each importing torch and diffusers for its own, and the commands themselves run in
+    a fork of a second one, started for this session's environment (harness.run.warm.share, run_in_shared)."""
     if not any(item.get_closest_marker("slow") for item in request.session.items):
         yield None
         return
@@ -38,7 +65,9 @@ def one_warm_parent_for_the_commands_tests_start(request, tmp_path_factory):
         yield None
         return
     parent = warm.share(tmp_path_factory.mktemp("warm"), node_env(0))
+    commands = warm.share(tmp_path_factory.mktemp("commands"), dict(os.environ))
     yield parent
+    commands.close()
     parent.close()
 
 
