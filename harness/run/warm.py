@@ -42,8 +42,8 @@ SHARED = "HARNESS_WARM_PARENT"
 # Variables that differ between the runs of one pytest session, or appear while a run plans, and mean nothing to
 # imports: the test's name, the Inductor cache folder (set in the launcher by torch's first use of it; each rank sets
 # its own, harness.engine.worker), the shared parents' sockets, the file a launcher appends its time breakdown to
-# (benchmarks/bench_tests.py names one per test item), and the terminal's size (GNU readline, once some import has
-# loaded it, sets LINES and COLUMNS in the environment the process's children get, not in os.environ).
+# (benchmarks/bench_tests.py names one per test item), and the terminal's size (LINES and COLUMNS: in a pytest
+# worker, something sets them in the environment its children get, not in os.environ).
 IGNORED = ("PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR", SHARED, TIME_LOG, "LINES", "COLUMNS")
 
 
@@ -269,9 +269,9 @@ def run_in_shared(argv: list[str], call: str, imports: tuple[str, ...] = ()) -> 
     ("module:function") is called with `argv[1:]` and when this process started, `imports` imported beforehand in
     the warm parent (once for every command). The command's exit code, or None to run it here. A command the
     pytest session's tests start would otherwise import them itself (about 6 s of CPU, even to refuse a bad
-    option). The fork gets this process's standard streams, directory,
-    environment and import path; a signal this process gets is passed on to it, and its death by a signal is this
-    process's; this process's death (its connection closes) stops it."""
+    option). The fork gets this process's standard streams, directory, environment and import path; a signal this
+    process gets is passed on to it, and its death by a signal is this process's; this process's death (its
+    connection closes) stops it."""
     said = _hello(os.environ.get(SHARED), _key(dict(os.environ)))
     if said is None:
         return None
@@ -287,28 +287,26 @@ def run_in_shared(argv: list[str], call: str, imports: tuple[str, ...] = ()) -> 
     def forward(signum, _frame) -> None:
         if command is None:
             waiting.append(signum)
-        else:
+            return
+        try:
             os.kill(command, signum)
+        except ProcessLookupError:  # it has just ended: its code is on its way
+            pass
 
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {signum: signal.signal(signum, forward) for signum in handled}
     try:
         answers = client.makefile("rb")
-        streams = [_open_or_null(fd) for fd in (0, 1, 2)]
         try:
-            socket.send_fds(client, [(json.dumps(request) + "\n").encode()], streams)
+            socket.send_fds(client, [(json.dumps(request) + "\n").encode()], [0, 1, 2])
             started = json.loads(answers.readline() or b"{}")
-        except (OSError, ValueError):
-            return None  # nothing ran: run it here
-        finally:
-            for fd, stream in zip((0, 1, 2), streams, strict=True):
-                if stream != fd:
-                    os.close(stream)
+        except (OSError, ValueError):  # e.g. a standard stream closed: nothing ran, so run it here
+            return None
         if "command" not in started:
             return None
         command = started["command"]
         for signum in waiting:
-            os.kill(command, signum)
+            forward(signum, None)
         ended = answers.readline()
         if not ended:
             print(f"harness: error: the warm parent running this command died ({SHARED}={os.environ[SHARED]})",
@@ -319,21 +317,13 @@ def run_in_shared(argv: list[str], call: str, imports: tuple[str, ...] = ()) -> 
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         client.close()
+        if command is None and waiting:  # asked to stop before anything ran: stop here, not run it here
+            signal.raise_signal(waiting[0])
     if code < 0:  # killed by a signal: so is this process, as its parent would see of the command run here
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
         return 128 - code
     return code
-
-
-def _open_or_null(fd: int) -> int:
-    """`fd` when this process has it open, else a descriptor of the null device (a pytest-xdist worker starts its
-    processes with no standard input)."""
-    try:
-        os.fstat(fd)
-        return fd
-    except OSError:
-        return os.open(os.devnull, os.O_RDWR)
 
 
 def start_early(settings: Settings) -> None:
