@@ -27,11 +27,8 @@ def pytest_collection_modifyitems(config, items):
     if getattr(config.option, "dist", "no") == "no":
         return
     seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
-    first_seen = {}
-    for item in items:
-        first_seen.setdefault(item.nodeid.split("::")[0], len(first_seen))
-    items.sort(key=lambda item: (-seconds.get(item.nodeid.split("::")[0], float("inf")),
-                                 first_seen[item.nodeid.split("::")[0]]))
+    # a stable sort: a file's items stay together and in their order, files of equal seconds in theirs
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], float("inf")))
 
 
 def rewrite_reference_meta(path, change) -> None:
