@@ -18,11 +18,11 @@ from harness.core.applicability import NotApplicable
 from harness.core.dtypes import torch_dtype
 from harness.core.errors import HarnessError
 from harness.core.layouts import Layout, parse_layout
-from harness.core.modes import EAGER, eager_id, mode_of
-from harness.core.records import Case, without_fault
+from harness.core.modes import EAGER, mode_of
+from harness.core.records import Case
 from harness.flows import scope as flow_scope
 from harness.kinds import KINDS, kind_of
-from harness.loads import ENABLE, enable_id, load_of
+from harness.loads import ENABLE, load_of
 from harness.rank import backends as backend_info
 from harness.rank import cpu as cpu_shims
 from harness.run import launchers
@@ -207,6 +207,7 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
     registry = backend_info.registry_problems()  # checked against the catalogue once per plan
     defaults = {axis.name: [axis.default] for axis in axes.product_axes() if axis.default is not None}
     crossed = {"backend": list(backends), "dtype": list(dtypes), **defaults, **(more or {})}  # not given: default
+    compiled, loaded, flowed = Globs(compile_cases), Globs(load_cases), Globs(flow_cases)
     plan = []
     for spec in specs:
         for kind in (name for name in KINDS if name in kinds and spec.name in scopes[name][0]):
@@ -217,34 +218,33 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
                                 **dict(zip(crossed, values, strict=True)))
                     if not kind_of(kind).crosses(case):
                         continue
-                    if case.mode != EAGER and not _in_slice(case, compile_cases):
+                    if case.mode != EAGER and not compiled.match(case, mode=EAGER):
                         continue
-                    if case.load != ENABLE and not _in_load_slice(case, load_cases):
+                    if case.load != ENABLE and not (load_of(case.load).applies(case.layout)
+                                                    and loaded.match(case, load=ENABLE, mode=EAGER)):
                         continue
-                    if case.flow != flows.NONE and not _in_flow_slice(case, flow_cases):
+                    if case.flow != flows.NONE and not (flow_scope.exists(case, load_of(case.load).checkpoint)
+                                                        and flowed.match(case, load=ENABLE, flow=flows.NONE,
+                                                                         mode=EAGER)):
                         continue
                     plan.append(_planned(case, limit, check_refusals, registry))
     return plan
 
 
-def _in_slice(case: Case, globs) -> bool:
-    plain = eager_id(without_fault(case.case_id))[0]
-    return any(fnmatch.fnmatchcase(plain, glob) for glob in globs)
+class Globs:
+    """A slice's globs over case ids (`compile_cases`, `load_cases`, `flow_cases`), matched against a case's id with
+    some axes set back to their plain values. A plan weighs every case of its product against them (208,000 for the
+    quick plan), so the id is spelled once from the case's values, and a glob without wildcards (most: a slice lists
+    ids) is a set lookup."""
 
+    def __init__(self, globs):
+        self.ids = {glob for glob in globs if not any(char in glob for char in "*?[")}
+        self.patterns = [glob for glob in globs if glob not in self.ids]
 
-def _in_load_slice(case: Case, globs) -> bool:
-    if not load_of(case.load).applies(case.layout):
-        return False
-    plain = eager_id(enable_id(without_fault(case.case_id))[0])[0]
-    return any(fnmatch.fnmatchcase(plain, glob) for glob in globs)
-
-
-def _in_flow_slice(case: Case, globs) -> bool:
-    if not flow_scope.exists(case, load_of(case.load).checkpoint):
-        return False
-    values = axes.parse(without_fault(case.case_id))
-    plain = axes.spell({**values, "load": ENABLE, "flow": flows.NONE, "mode": EAGER})
-    return any(fnmatch.fnmatchcase(plain, glob) for glob in globs)
+    def match(self, case: Case, **plain: str) -> bool:
+        """Whether the id of `case` without its fault, with the axes in `plain` at those values, is in the slice."""
+        text = axes.spell({**case.axis_values(), **plain})
+        return text in self.ids or any(fnmatch.fnmatchcase(text, glob) for glob in self.patterns)
 
 
 def _planned(case: Case, limit: int, check_refusals: bool, registry: dict[str, str]) -> PlannedCase:
