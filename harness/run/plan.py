@@ -5,7 +5,7 @@ reason: harness.core.applicability)."""
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import product
 from pathlib import Path
 
@@ -208,34 +208,59 @@ def build_plan(models, layouts, backends, dtypes, shapes=("default",), cpu_max_r
     defaults = {axis.name: [axis.default] for axis in axes.product_axes() if axis.default is not None}
     crossed = {"backend": list(backends), "dtype": list(dtypes), **defaults, **(more or {})}  # not given: default
     compiled, loaded, flowed = Globs(compile_cases), Globs(load_cases), Globs(flow_cases)
+    sliced = ["load", "flow", "mode"]  # the product's last axes (harness.core.axes), each with a slice of its own
+    if list(crossed)[-len(sliced):] != sliced:
+        raise HarnessError(f"the plan's product ends with {list(crossed)[-len(sliced):]}, not {sliced}")
+    head = {name: values for name, values in crossed.items() if name not in sliced}
     plan = []
     for spec in specs:
         for kind in (name for name in KINDS if name in kinds and spec.name in scopes[name][0]):
             kind_layouts = [parsed[name] for name in scopes[kind][1] if kind_of(kind).applies(parsed[name])]
             for shape, folder in kind_of(kind).shapes(spec, list(scopes[kind][2]), weights_dir):
-                for layout, *values in product(kind_layouts, *crossed.values()):
-                    case = Case(spec.name, layout, kind=kind, shape=shape, fault=fault, weights_dir=folder,
-                                **dict(zip(crossed, values, strict=True)))
-                    if not kind_of(kind).crosses(case):
-                        continue
-                    if case.mode != EAGER and not compiled.match(case, mode=EAGER):
-                        continue
-                    if case.load != ENABLE and not (load_of(case.load).applies(case.layout)
-                                                    and loaded.match(case, load=ENABLE, mode=EAGER)):
-                        continue
-                    if case.flow != flows.NONE and not (flow_scope.exists(case, load_of(case.load).checkpoint)
-                                                        and flowed.match(case, load=ENABLE, flow=flows.NONE,
-                                                                         mode=EAGER)):
-                        continue
-                    plan.append(_planned(case, limit, check_refusals, registry))
+                for layout, *values in product(kind_layouts, *head.values()):
+                    base = Case(spec.name, layout, kind=kind, shape=shape, fault=fault, weights_dir=folder,
+                                **dict(zip(head, values, strict=True)))
+                    plan.extend(_planned(case, limit, check_refusals, registry)
+                                for case in _sliced(base, crossed, compiled, loaded, flowed))
     return plan
+
+
+def _sliced(base: Case, crossed: dict, compiled: Globs, loaded: Globs, flowed: Globs):
+    """The cases of `base` over the loads, flows and modes of the product, in its order: a load other than `enable`
+    where it applies and in the load slice, a flow other than `none` where it exists and in the flow slice, a compiled
+    mode in the compile slice. Each slice is asked once for what decides it (the flow slice: the base case; the load
+    slice: its flow; the compile slice: its load and flow), so a case outside them costs nothing."""
+    in_flow_slice = any(flow != flows.NONE for flow in crossed["flow"]) and \
+        flowed.match(base, load=ENABLE, flow=flows.NONE, mode=EAGER)
+    in_load_slice: dict[str, bool] = {}
+    for load in crossed["load"]:
+        if load != ENABLE and not load_of(load).applies(base.layout):
+            continue
+        for flow in crossed["flow"] if in_flow_slice else [flow for flow in crossed["flow"] if flow == flows.NONE]:
+            case = replace(base, load=load, flow=flow)
+            if flow != flows.NONE and not flow_scope.exists(case, load_of(load).checkpoint):
+                continue
+            if load != ENABLE:
+                if flow not in in_load_slice:
+                    in_load_slice[flow] = loaded.match(case, load=ENABLE, mode=EAGER)
+                if not in_load_slice[flow]:
+                    continue
+            in_compile_slice = None
+            for mode in crossed["mode"]:
+                if mode != EAGER:
+                    if in_compile_slice is None:
+                        in_compile_slice = compiled.match(case, mode=EAGER)
+                    if not in_compile_slice:
+                        continue
+                moded = replace(case, mode=mode)
+                if kind_of(moded.kind).crosses(moded):
+                    yield moded
 
 
 class Globs:
     """A slice's globs over case ids (`compile_cases`, `load_cases`, `flow_cases`), matched against a case's id with
-    some axes set back to their plain values. A plan weighs every case of its product against them (208,000 for the
-    quick plan), so the id is spelled once from the case's values, and a glob without wildcards (most: a slice lists
-    ids) is a set lookup."""
+    some axes set back to their plain values: the id spelled once from the case's values, a glob without wildcards
+    (most: a slice lists ids) looked up in a set."""
 
     def __init__(self, globs):
         self.ids = {glob for glob in globs if not any(char in glob for char in "*?[")}

@@ -213,3 +213,26 @@ def test_with_check_refusals_a_refused_combination_runs_and_not_covered_classes_
 
     rows = uncovered_rows()
     assert _status(rows, rows[0].case.case_id) == "SKIP"  # a harness spec could be written: it could run
+
+
+def test_the_slices_take_ids_and_globs_alike_and_combine():
+    """Each slice (compile, load, flow) names its cases by id or by glob: the same cases either way; a compiled mode
+    of a load of a flow only where every slice takes it (the compile slice's ids keep the load and the flow); an id
+    that names no case takes none."""
+    more = {"mode": ["eager", "aot_eager"], "load": ["enable", "pretrained"], "flow": ["none", "lora"]}
+
+    def ids(compile_cases, load_cases, flow_cases):
+        return [planned.case.case_id for planned in build_plan(
+            ["flux"], ["single", "ulysses2", "tp2"], ["native"], ["fp32"], more=more, compile_cases=compile_cases,
+            load_cases=load_cases, flow_cases=flow_cases)]
+
+    tp2 = "flux/tp2/native/fp32/tensor"
+    by_id = ids([tp2], [tp2], [tp2])
+    assert by_id == ids(["flux/tp?/native/fp32/tensor"], ["flux/tp2/native/fp32/tenso[r]"],
+                        ["*/[t]p2/native/fp32/tensor"])
+    assert {f"{tp2}/aot_eager", f"{tp2}/pretrained", f"{tp2}/lora"} <= set(by_id)
+    assert f"{tp2}/lora/aot_eager" not in by_id
+    assert f"{tp2}/lora/aot_eager" in ids(["*/tp2/*"], [tp2], [tp2])
+    assert not any(case_id.count("/") > 4 for case_id in by_id if not case_id.startswith("flux/tp2/"))
+    plain = ids(["flux/tp3/native/fp32/tensor"], ["nothing"], ["flux/tp2/native/fp32/train"])
+    assert plain == [case_id for case_id in by_id if case_id.count("/") == 4]
