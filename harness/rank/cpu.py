@@ -7,6 +7,7 @@ where the installed diffusers has the feature it adapts (harness.core.compat): a
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -33,6 +34,7 @@ def apply() -> None:
     if compat.has("native_flash_ops"):  # before 0.37 `_native_flash` has no ring path, so nothing to adapt
         _native_flash_ops_on_cpu()
     _torch_ring_serves_cpu_sdpa()
+    _inductor_kernels_scalar()
     _applied = True
 
 
@@ -166,3 +168,17 @@ def _torch_ring_serves_cpu_sdpa() -> None:
         return tuple(DTensor.from_local(t, mesh, [Shard(2)], run_check=False) for t in results)
 
     ring.custom_ops[forward] = ring.custom_ops[backward] = handler
+
+
+def _inductor_kernels_scalar() -> None:
+    # On CPU, Inductor's C++ kernels stand in for the Triton kernels a GPU run generates. What a compiled case checks
+    # (the graphs Dynamo makes of diffusers' parallel code, their collectives and breaks, the numbers against eager)
+    # is the same with scalar loops, while vectorized ones cost a quarter of a cold compile's CPU: ATen's at::vec
+    # templates in every g++ call and the probe of the CPU's vector instructions (docs/compile.md). The fusions stay
+    # Inductor's. A TORCHINDUCTOR_VEC_ISA_OK the user set is kept (1: Inductor's vectorized CPU code, as it ships).
+    if "TORCHINDUCTOR_VEC_ISA_OK" in os.environ:
+        return
+    from torch._inductor import config, cpu_vec_isa
+
+    config.cpp.vec_isa_ok = False
+    cpu_vec_isa.valid_vec_isa_list.cache_clear()  # a list probed before this, with the vector ISAs, is not kept

@@ -404,6 +404,26 @@ def test_inductor_compiles_the_toy_and_its_graph_still_proves_the_attention():
     assert any("Inductor" in note for note in compiled.figures()["notes"])
 
 
+def test_inductor_s_cpu_kernels_are_scalar_in_a_cpu_rank_unless_the_user_asks(monkeypatch):
+    """The CPU shim: Inductor's C++ kernels stand in for GPU ones, and vectorized ones cost a quarter of a cold
+    compile; a TORCHINDUCTOR_VEC_ISA_OK the user set is theirs."""
+    from torch._inductor import config, cpu_vec_isa
+
+    from harness.rank import cpu
+
+    monkeypatch.delenv("TORCHINDUCTOR_VEC_ISA_OK", raising=False)
+    monkeypatch.setattr(config.cpp, "vec_isa_ok", None)
+    try:
+        cpu._inductor_kernels_scalar()
+        assert config.cpp.vec_isa_ok is False and not cpu_vec_isa.pick_vec_isa()  # no ISA: scalar loops
+        monkeypatch.setattr(config.cpp, "vec_isa_ok", None)
+        monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "1")
+        cpu._inductor_kernels_scalar()
+        assert config.cpp.vec_isa_ok is None  # left as Inductor read the variable
+    finally:
+        cpu_vec_isa.valid_vec_isa_list.cache_clear()  # probed again, as Inductor would, by the next compile
+
+
 def test_a_rank_that_said_done_may_exit_while_rank_0_still_judges(tmp_path):
     """The last case of a launch: rank 1 is done and gone while rank 0 compiles the baseline; a rank gone without
     saying so is still a death."""
