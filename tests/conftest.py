@@ -23,8 +23,9 @@ def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist, whose workers each take a whole file (harness.plugin), the longest files first and the
     quickest last, so the workers end together: ordered by their number of tests, the few-test files that launch
     ranks came last, and one worker ran the last of them while the other waited. A file not measured yet goes
-    first. Only the order changes: every item runs."""
-    if getattr(config.option, "dist", "no") == "no":
+    first. Only the order changes: every item runs. Sorted where it counts, on the workers: the scheduler hands the
+    files out in the order a worker collected them, and a worker's own `dist` option is "no"."""
+    if not hasattr(config, "workerinput"):  # not a pytest-xdist worker
         return
     seconds = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     # a stable sort: a file's items stay together and in their order, files of equal seconds in theirs
