@@ -33,6 +33,8 @@ class Control:
     mode: str = "eager"  # compiled modes (harness.core.modes): the bug must be caught in what the compiler made
     load: str = "enable"  # checkpoint loads (harness.loads): the bug is in how the weights were read
     flow: str = "none"  # the user's calls around enable_parallelism (harness.flows): the bug is in what they did
+    eager: Status | None = None  # a compiled control's fault run eager, where it must come out so (PASS: only the
+    # compiler's output is wrong, so the compiled case is what caught it)
 
     def __post_init__(self):
         faults.check(self.fault)  # a misspelt fault fails as the table is read, not in the middle of a selftest
@@ -46,6 +48,11 @@ class Control:
     def name(self) -> str:
         return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind, self.fault,
                        mode=self.mode, load=self.load, flow=self.flow)
+
+    @property
+    def eager_id(self) -> str:
+        return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind, self.fault,
+                       load=self.load, flow=self.flow)
 
 
 _QUERY = "transformer_blocks.0.attn.to_q"
@@ -76,12 +83,14 @@ CONTROLS = [
     Control("flux", "tcp2", "native", "fp32", "tcp_positions_reversed", "> tolerance"),  # its buffers
     # Compiled (aot_eager, the cheap backend): the fault is traced into the graph, and its proof read from the graph.
     Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "> tolerance", mode="aot_eager"),
-    Control("flux", "ulysses2", "native", "fp32", "compiled_only", "> tolerance", mode="aot_eager"),  # eager: right
+    Control("flux", "ulysses2", "native", "fp32", "compiled_only", "> tolerance", mode="aot_eager",
+            eager=Status.PASS),
     Control("flux", "tp2", "native", "fp32", "tp_skip_allreduce", "> tolerance", mode="aot_eager"),  # DTensor traced
     # Compiled training: forward and backward through AOTAutograd; the CP attention's backward is wrong only there.
     # The compiled backward is proven too: diffusers' CP backward runs outside the graphs, recorded as it runs.
     Control("flux", "ulysses2", "native", "fp32", "cp_backward_local_only", "(backward): 0 all_to_all, expected >= 8",
             "train", mode="aot_eager"),
+    Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "gradient of", "train", mode="aot_eager"),
     Control("flux", "tp2", "flex", "fp32", "tp_skip_allreduce", "rank 1's output differs from rank 0's"),
     Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "vs fp32 reference: ssim", "image"),
     Control("flux", "ulysses2", "native", "bf16", "cp_local_attention", "vs single-device bf16: ssim", "image"),
@@ -236,7 +245,8 @@ def control_plan(cpu_max_ranks: int, controls=tuple(CONTROLS)) -> list[PlannedCa
         faulty = Case(control.model, parse_layout(control.layout), control.backend, control.dtype,
                       kind=control.kind, fault=control.fault, mode=control.mode, load=control.load,
                       flow=control.flow)
-        for case in (replace(faulty, fault=None), faulty):
+        eager = (replace(faulty, mode="eager"),) if control.eager is not None else ()
+        for case in (replace(faulty, fault=None), faulty, *eager):
             if case.case_id not in seen:
                 seen.add(case.case_id)
                 plan.append(PlannedCase(case, skip_reason(case, limit)))
@@ -245,7 +255,9 @@ def control_plan(cpu_max_ranks: int, controls=tuple(CONTROLS)) -> list[PlannedCa
 
 def caught(control: Control, by_id: dict) -> bool:
     clean, faulty = by_id[control.clean_id], by_id[control.name]
-    return faulty.status is Status.FAIL and control.expected in faulty.reason and clean.status is control.clean
+    eager_right = control.eager is None or by_id[control.eager_id].status is control.eager
+    return (faulty.status is Status.FAIL and control.expected in faulty.reason and clean.status is control.clean
+            and eager_right)
 
 
 def localize_selftest(settings: Settings, echo: Callable[[str], None] = print) -> int:
@@ -331,7 +343,8 @@ def _row(control: Control, by_id: dict, found: bool) -> str:
                     and isinstance(item.get("limit"), int | float)), None)
     figure = f"{numbers['value']:.3g} vs {numbers['limit']:.3g}" if numbers else ""
     if not found:
-        figure = f"faulty {faulty.status.value}, clean {clean.status.value}: {faulty.reason[:40]}"
+        eager = f", eager {by_id[control.eager_id].status.value}" if control.eager is not None else ""
+        figure = f"faulty {faulty.status.value}, clean {clean.status.value}{eager}: {faulty.reason[:40]}"
     fault = control.fault if len(control.fault) <= 22 else control.fault[:19] + "..."
     checks = checks if len(checks) <= 20 else checks[:17] + "..."
     return f"  {'caught' if found else 'MISSED'}  {fault:22s} {control.clean_id:45s} {checks:20s} {figure}"[:WIDTH]

@@ -1,5 +1,6 @@
 """The mode axis: compiled cases planned with their ids, graph breaks counted from the compiler, a
-`--fullgraph` FAIL, and a bug traced into the compiled graph caught while its clean twin passes.
+`--fullgraph` FAIL. The bugs traced into compiled graphs and caught while their clean twins pass are the selftest's
+controls (tests/unit/test_negative_controls.py), run once in the session.
 
 Compiling is what costs (docs/compile.md): the unit tests compile a toy module with `aot_eager`, the cheapest
 backend; the one torchrun test compiles tiny Flux under ulysses2 with it too.
@@ -288,31 +289,17 @@ def test_a_compiled_case_that_ran_no_compiled_graph_is_a_proof_failure():
 
 
 @pytest.mark.slow
-def test_bugs_traced_into_the_compiled_graph_fail_and_the_clean_twin_passes(settings_for, tmp_path):
-    """aot_eager, flux ulysses2: each rank attending only to its own chunk FAILs on its numbers; a graph break in
-    diffusers' CP attention FAILs under --fullgraph; SDPA wrong only while compiled FAILs compiled and PASSes eager;
-    the clean twin PASSes with its exchanges proven from the graphs."""
-    from harness.core.records import case_id
+def test_a_graph_break_in_diffusers_cp_attention_fails_under_fullgraph_with_the_numbers_right(settings_for, tmp_path):
+    """aot_eager, flux ulysses2, `--fullgraph`: a graph break put into diffusers' CP attention is counted from the
+    compiler and FAILs, its numbers still right. The compiled controls without a break (each rank attending only to
+    its own chunk, SDPA wrong only while compiled, compiled training) and their clean twins are the selftest's
+    (tests/unit/test_negative_controls.py)."""
     from harness.run import runner
     from harness.run.plan import PlannedCase
 
-    clean = Case("flux", parse_layout("ulysses2"), "native", "fp32", mode="aot_eager")
-    faults = (None, "cp_local_attention", "cp_graph_break", "compiled_only")
-    plan = [PlannedCase(replace(clean, fault=fault)) for fault in faults]
-    plan.append(PlannedCase(replace(clean, mode="eager", fault="compiled_only")))  # eager is right: PASS
+    case = Case("flux", parse_layout("ulysses2"), "native", "fp32", mode="aot_eager", fault="cp_graph_break")
     run = settings_for(report_dir=str(tmp_path / "reports"), fullgraph=True)
-    results = {r.case_id: r for r in runner.run(run, plan, echo=lambda _: None, localize_failures=False).results}
-    ids = [case_id("flux", "default", "ulysses2", "native", "fp32", "tensor", fault, mode="aot_eager")
-           for fault in faults]
-    twin, local, graph_break, compiled_only = (results[name] for name in ids)
-    eager = results[case_id("flux", "default", "ulysses2", "native", "fp32", "tensor", "compiled_only")]
-    assert eager.status is Status.PASS, eager.reason
-    assert compiled_only.status is Status.FAIL and "> tolerance" in compiled_only.reason, compiled_only.reason
-    assert f"eager twin: PASS {eager.cell} (compiled: FAIL {compiled_only.cell})" in compiled_only.reason
-    assert twin.status is Status.PASS, twin.reason
-    assert twin.figure("graph_breaks") == 0 and twin.figure("recompiles") == 0
-    assert all(row["expected"] for row in twin.extra["comms"])  # every exchange predicted, from the graphs
-    assert local.status is Status.FAIL and "> tolerance" in local.reason
+    (graph_break,) = runner.run(run, [PlannedCase(case)], echo=lambda _: None, localize_failures=False).results
     assert graph_break.status is Status.FAIL and "--fullgraph" in graph_break.reason, graph_break.reason
     assert graph_break.figure("graph_breaks") >= 1 and graph_break.figure("max_abs_err") < 1e-5
 
@@ -363,27 +350,6 @@ def test_a_hooked_module_s_path_in_the_graph_is_its_name_in_the_model():
               ".cell_contents.forward.__self__.attn")
     assert _module(hooked) == "transformer_blocks.0.attn"
     assert _module("forward.__self__.__dict__['_modules']['blocks'].0.attn") == "blocks.0.attn"
-
-
-@pytest.mark.slow
-def test_training_compiled_is_judged_and_its_bug_fails(settings_for, tmp_path):
-    """aot_eager, flux ulysses2 train: forward and backward compiled, the clean twin PASSes (diffusers' CP attention
-    backward breaks the graph: counted, not failed) and each rank attending only to its own chunk FAILs."""
-    from harness.core.records import case_id
-    from harness.run import runner
-    from harness.run.plan import PlannedCase
-
-    clean = Case("flux", parse_layout("ulysses2"), "native", "fp32", kind="train", mode="aot_eager")
-    plan = [PlannedCase(replace(clean, fault=fault)) for fault in (None, "cp_local_attention")]
-    run = settings_for(report_dir=str(tmp_path / "reports"))
-    results = {r.case_id: r for r in runner.run(run, plan, echo=lambda _: None, localize_failures=False).results}
-    twin = results[case_id("flux", "default", "ulysses2", "native", "fp32", "train", mode="aot_eager")]
-    local = results[case_id("flux", "default", "ulysses2", "native", "fp32", "train", "cp_local_attention",
-                            mode="aot_eager")]
-    assert twin.status is Status.PASS, twin.reason
-    assert twin.figure("graph_breaks") >= 1 and all(row["expected"] for row in twin.extra["comms"]
-                                                     if row["modules"] != "(model)")
-    assert local.status is Status.FAIL and "gradient of" in local.reason, local.reason
 
 
 @pytest.mark.slow

@@ -54,6 +54,8 @@ def test_deliberate_bug_fails_and_clean_twin_passes(control_results, control):
     faulty = results[control.name]
     assert faulty.status is Status.FAIL, faulty.reason
     assert control.expected in faulty.reason
+    if control.eager is not None:  # the fault run eager: a compiled-only bug PASSes there
+        assert results[control.eager_id].status is control.eager, results[control.eager_id].reason
     tolerance = limit(faulty.figures, "max_abs_err")
     if control.expected == "> tolerance" and control.dtype == "fp32":
         assert faulty.figure("max_abs_err") > 100 * tolerance
@@ -64,6 +66,40 @@ def test_deliberate_bug_fails_and_clean_twin_passes(control_results, control):
     if control.kind == "image":  # the report's difference image shows it
         diff = faulty.extra["blocks"][0]["images"]["diff"]
         assert diff.endswith("-diff.png")
+
+
+def test_compiled_controls_are_proven_from_the_graphs_and_name_their_eager_twin(control_results):
+    """aot_eager, flux ulysses2: the clean twins' exchanges are proven from the compiled graphs (training's CP
+    attention backward breaks the graph: counted, not failed); a bug only the compiler's output has names its eager
+    twin's PASS in its reason."""
+    from harness.core.records import case_id
+
+    results = control_results[0]
+    tensor, train = (results[case_id("flux", "default", "ulysses2", "native", "fp32", kind, mode="aot_eager")]
+                     for kind in ("tensor", "train"))
+    assert tensor.status is Status.PASS and train.status is Status.PASS, (tensor.reason, train.reason)
+    assert tensor.figure("graph_breaks") == 0 and tensor.figure("recompiles") == 0
+    assert all(row["expected"] for row in tensor.extra["comms"])  # every exchange predicted, from the graphs
+    assert train.figure("graph_breaks") >= 1
+    assert all(row["expected"] for row in train.extra["comms"] if row["modules"] != "(model)")
+    control = next(c for c in CONTROLS if c.fault == "compiled_only")
+    compiled, eager = results[control.name], results[control.eager_id]
+    assert f"eager twin: PASS {eager.cell} (compiled: FAIL {compiled.cell})" in compiled.reason, compiled.reason
+
+
+def test_a_compiled_only_control_is_missed_when_its_fault_shows_eager_too():
+    """The eager run of a compiled-only fault is part of the control: were the bug in eager too, the compiled case
+    would not be what caught it."""
+    from types import SimpleNamespace
+
+    from harness.run.selftest import caught
+
+    control = next(c for c in CONTROLS if c.eager is not None)
+    by_id = {control.clean_id: SimpleNamespace(status=Status.PASS, reason=""),
+             control.name: SimpleNamespace(status=Status.FAIL, reason=f"max abs err {control.expected} (0.03)")}
+    for eager, found in ((Status.PASS, True), (Status.FAIL, False)):
+        by_id[control.eager_id] = SimpleNamespace(status=eager, reason="")
+        assert caught(control, by_id) is found
 
 
 def test_controls_ran_in_one_launch_per_world_size(control_results):

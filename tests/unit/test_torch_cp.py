@@ -1,12 +1,13 @@
 """PyTorch's own context parallelism (the tcp layouts, harness.rank.torch_cp): the plan, the prediction, torch's
-refusal, the CPU shim, and negative controls next to their clean twins with real processes."""
+refusal and the CPU shim. Its negative controls with real processes (its ring on the rank's own K/V chunk, forward
+and training; position ids out of step with their tokens; data-parallel ranks given the same samples, FSDP2 and FSDP2
+x PyTorch's CP) are the selftest's, next to their clean twins (tests/unit/test_negative_controls.py)."""
 
 import pytest
 import torch
 
 from harness.core.layouts import parse_layout
 from harness.core.records import Case
-from harness.core.results import Status
 
 
 def _case(model="flux", layout="tcp2", backend="native", kind="tensor", shape="default") -> Case:
@@ -76,20 +77,3 @@ def test_the_cpu_shim_registers_the_cpu_sdpa_op_with_pytorchs_ring():
     aten = torch.ops.aten
     assert {aten._scaled_dot_product_flash_attention_for_cpu.default,
             aten._scaled_dot_product_flash_attention_for_cpu_backward.default} <= set(ring.custom_ops)
-
-
-@pytest.mark.slow
-def test_pytorchs_ring_broken_or_the_batch_split_wrong_fails_while_the_clean_twins_pass(settings_for):
-    """Real ranks: the ring attending to each rank's own K/V chunk (forward and training), position ids sharded out of
-    step with their tokens, and data-parallel ranks given the same samples (FSDP2, and FSDP2 x PyTorch's CP), each
-    FAIL; the same cases without the bug PASS."""
-    from harness.run import runner
-    from harness.run.selftest import CONTROLS, caught, control_plan
-
-    controls = [c for c in CONTROLS if c.fault in ("tcp_own_kv_chunk", "tcp_positions_reversed", "dp_same_samples")]
-    assert len(controls) == 5
-    summary = runner.run(settings_for(), control_plan(4, controls), echo=lambda _: None, purpose="selftest")
-    by_id = {result.case_id: result for result in summary.results}
-    for control in controls:
-        assert by_id[control.clean_id].status is Status.PASS, by_id[control.clean_id].reason
-        assert caught(control, by_id), by_id[control.name].reason
