@@ -1,4 +1,5 @@
-"""The CPU/gloo shims diffusers (and PyTorch's context parallelism) need to run parallel code without an accelerator.
+"""The CPU/gloo shims diffusers (and PyTorch's context parallelism) need to run parallel code without an accelerator,
+and one for what compiling costs there (Inductor's CPU kernels scalar: they stand in for a GPU's).
 
 Active only when CUDA is absent; each shim leaves what diffusers accepts or refuses unchanged, and applies only
 where the installed diffusers has the feature it adapts (harness.core.compat): a release without TP needs no TP shim.
