@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from harness import faults
 from harness.core import axes
 from harness.core.layouts import parse_layout
-from harness.core.records import Case, case_id
+from harness.core.records import Case
 from harness.core.results import Status
 from harness.report.matrix import WIDTH
 from harness.run import runner
@@ -40,19 +40,22 @@ class Control:
         faults.check(self.fault)  # a misspelt fault fails as the table is read, not in the middle of a selftest
 
     @property
-    def clean_id(self) -> str:
-        return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind, mode=self.mode,
-                       load=self.load, flow=self.flow)
+    def case(self) -> Case:
+        """The faulty case; its clean twin and its eager run are this case without the fault or compiled."""
+        return Case(self.model, parse_layout(self.layout), self.backend, self.dtype, self.kind, fault=self.fault,
+                    mode=self.mode, load=self.load, flow=self.flow)
 
     @property
     def name(self) -> str:
-        return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind, self.fault,
-                       mode=self.mode, load=self.load, flow=self.flow)
+        return self.case.case_id
+
+    @property
+    def clean_id(self) -> str:
+        return replace(self.case, fault=None).case_id
 
     @property
     def eager_id(self) -> str:
-        return case_id(self.model, "default", self.layout, self.backend, self.dtype, self.kind, self.fault,
-                       load=self.load, flow=self.flow)
+        return replace(self.case, mode="eager").case_id
 
 
 _QUERY = "transformer_blocks.0.attn.to_q"
@@ -242,9 +245,7 @@ LOCALIZE_CONTROLS = [
 def control_plan(cpu_max_ranks: int, controls=tuple(CONTROLS)) -> list[PlannedCase]:
     plan, seen, limit = [], set(), max_ranks(cpu_max_ranks)
     for control in controls:
-        faulty = Case(control.model, parse_layout(control.layout), control.backend, control.dtype,
-                      kind=control.kind, fault=control.fault, mode=control.mode, load=control.load,
-                      flow=control.flow)
+        faulty = control.case
         eager = (replace(faulty, mode="eager"),) if control.eager is not None else ()
         for case in (replace(faulty, fault=None), faulty, *eager):
             if case.case_id not in seen:
