@@ -148,7 +148,7 @@ def cmd_capture(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from harness.run import runner, warm
+    from harness.run import warm
     from harness.run.folders import launches_folder
     from harness.run.launchers import launcher_from
     from harness.run.lock import report_folder_lock
@@ -162,7 +162,9 @@ def cmd_run(args) -> int:
     if launcher.node_rank > 0:  # this node only runs ranks: node 0 plans, judges and reports
         return NodeAgent(launches_folder(settings.path("report_dir")), launcher).run()
     with report_folder_lock(settings.path("report_dir")):  # a second run into this folder is refused before it plans
-        warm.start_early(settings)  # its imports overlap the plan's
+        warm.start_early(settings)  # before this process imports torch and diffusers (the runner's): they overlap
+        from harness.run import runner
+
         plan = runner.plan_from(settings, args.inject_fault)
         # The wall a user waits counts from the process's start: the interpreter and the imports too.
         started = time.monotonic() - STARTED if STARTED is not None else process_age_s()

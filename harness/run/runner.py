@@ -194,7 +194,7 @@ class _Run:
             echo(f"note: {header.version_mismatch}")
         echo(matrix.terminal(results, page=str(report_dir / "index.html")))
         echo(f"reports: {report_dir / 'index.html'}, {report_dir / 'matrix.csv'}, {report_dir / 'matrix.md'}")
-        echo(timing.time_line(header.time_breakdown))
+        echo(timing.time_line(header.time_breakdown, matrix.WIDTH))
         failed = any(r.status.is_failure(settings.xfail_strict) for r in results)
         unchecked = _no_parallel_ran(self.plan, results) and not settings.allow_no_parallel
         _tidy_work(launches_folder(report_dir), settings, failed, echo)

@@ -7,7 +7,6 @@ import json
 import os
 
 from harness.core.results import CaseResult
-from harness.report.matrix import WIDTH
 
 # "forward" is the case's run with the proof's recording in it (harness.rank.recorder)
 # A file each finished run appends its breakdown to, one JSON line: how benchmarks/bench_tests.py sums where the
@@ -33,7 +32,7 @@ def time_breakdown(results: list[CaseResult], startup_s: float, wall_s: float,
             "floor": round(floor, 2), "ratio to floor": round(wall_s / floor, 2) if floor > 0 else None}
 
 
-def time_line(breakdown: dict, width: int = WIDTH) -> str:
+def time_line(breakdown: dict, width: int) -> str:
     """One terminal line within `width`: the wall, the floor and as many of the biggest parts as fit."""
     parts = sorted(((name, value) for name, value in breakdown.items()
                     if name not in ("wall", "floor", "ratio to floor") and value), key=lambda item: -item[1])

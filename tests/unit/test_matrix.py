@@ -184,8 +184,9 @@ def test_time_breakdown_adds_the_phases_and_measures_against_the_floor():
     assert breakdown["forward"] == 4.0 and breakdown["gathers"] == 2.0 and breakdown["baselines"] == 0.0
     assert breakdown["floor"] == 14.0 and breakdown["ratio to floor"] == round(30 / 14, 2)
     assert breakdown["other (capture, judging, waits)"] == 14.0  # 30 - 10 - 6
-    assert time_line(breakdown) == ("time: 30s wall (other (capture, judging, waits) 14s, launch start-ups 10s, "
-                                    "forward 4s, gathers 2s); floor 14s, 2.14x")
+    assert time_line(breakdown, matrix.WIDTH) == (
+        "time: 30s wall (other (capture, judging, waits) 14s, launch start-ups 10s, forward 4s, gathers 2s); "
+        "floor 14s, 2.14x")
 
 
 def test_each_run_appends_its_breakdown_to_the_time_log_only_when_one_is_named(tmp_path, monkeypatch):
