@@ -224,10 +224,11 @@ def cmd_merge(args) -> int:
 
 def cmd_selftest(args) -> int:
     from harness.run import warm
-    from harness.run.selftest import localize_selftest, selftest
 
     settings = _settings(args)
-    warm.start_early(settings)  # its imports overlap the plan's
+    warm.start_early(settings)  # before this process imports torch and diffusers (the selftest's): they overlap
+    from harness.run.selftest import localize_selftest, selftest
+
     return (localize_selftest if args.localize else selftest)(settings)
 
 
