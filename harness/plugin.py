@@ -50,9 +50,7 @@ def settings_from(config):
 
 def pytest_generate_tests(metafunc):
     if "parity_case" in metafunc.fixturenames:
-        from harness.run.runner import plan_from
-
-        plan = [] if metafunc.config.getoption("ref") else plan_from(settings_from(metafunc.config))
+        plan = [] if metafunc.config.getoption("ref") else _plan(metafunc.config)
         metafunc.parametrize("parity_case", plan, ids=[p.case.case_id for p in plan])
     if "reference_target" in metafunc.fixturenames:
         targets = []
@@ -64,6 +62,19 @@ def pytest_generate_tests(metafunc):
                                         scopes=settings.scopes)
         metafunc.parametrize("reference_target", targets,
                              ids=[f"{model}@{shape}/{kind}" for kind, model, shape, _ in targets])
+
+
+def _plan(config):
+    """The parity items' plan. The warm parent the launches fork from starts first, so its imports overlap those of
+    planning, as `harness run` does; not on an xdist worker, which collects every file but may not run these."""
+    from harness.run import warm
+
+    settings = settings_from(config)
+    if not hasattr(config, "workerinput"):
+        warm.start_early(settings)
+    from harness.run.runner import plan_from
+
+    return plan_from(settings)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -54,6 +54,23 @@ def test_reference_lifecycle(user_project):
     assert (user_project.path / "reports.work/pytest/results.json").exists()  # pytest's own, not in reports/
 
 
+def test_the_warm_parent_starts_before_collection_imports_torch(user_project):
+    """As `harness run` does: its imports overlap those of planning the parity items (3 s of a 17 s session)."""
+    user_project.makepyfile(probe='''
+import os, sys
+from harness.run import warm
+
+def early(settings):
+    with open("early.txt", "w") as said:
+        said.write("torch " + ("imported" if "torch" in sys.modules else "not imported") + " yet")
+    os._exit(0)
+
+warm.start_early = early
+''')
+    user_project.runpytest_subprocess("--collect-only", "-q", "-p", "probe")
+    assert (user_project.path / "early.txt").read_text() == "torch not imported yet"
+
+
 @pytest.mark.slow
 def test_test_ids_are_case_ids(user_project):
     collected = user_project.runpytest_subprocess("--collect-only", "-q")
