@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", 0))  # torchrun's; the process group does not exist yet
     stacks = open(Path(group.workdir) / f"rank{rank}.stacks", "a")  # open for the process's life
     faulthandler.register(STACKS_SIGNAL, file=stacks, all_threads=True)  # the launcher asks before it kills a hang
+    faulthandler.enable(file=stacks, all_threads=True)  # a death in native code (SIGSEGV, SIGABRT) leaves its stack
 
     def fatal(stage: str, error: Exception) -> None:
         event = events.Fatal(rank, time.time(), os.getpid(), stage, backends.first_line(error), traceback_text())

@@ -1,6 +1,6 @@
-"""Reliability faults: a rank that hangs, raises or is killed, and on several nodes a hung rank or a killed torchrun
-agent. Each must cost only its own case, reported as TIMEOUT or ERROR naming the rank (tests/unit/test_reliability.py,
-tests/unit/test_multinode.py)."""
+"""Reliability faults: a rank that hangs, raises, is killed or dies in native code, and on several nodes a hung rank
+or a killed torchrun agent. Each must cost only its own case, reported as TIMEOUT or ERROR naming the rank
+(tests/unit/test_reliability.py, tests/unit/test_multinode.py)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,12 @@ def _sigkill_self():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _abort_self():
+    import os
+
+    os.abort()  # SIGABRT, as glibc ends a process whose heap it finds corrupted
+
+
 def _sigkill_agent():
     """Kill this node's torchrun (which started this rank), then wait, as a node whose agent died does no more
     work: the case cannot finish before the node's harness agent has seen it."""
@@ -71,6 +77,11 @@ def raise_rank1():
 @fault("reliability: rank 1 is killed (SIGKILL) in the middle of the case")
 def kill_rank1():
     return _on_rank1(_sigkill_self)
+
+
+@fault("reliability: rank 1 dies in native code (abort) in the middle of the case")
+def abort_rank1():
+    return _on_rank1(_abort_self)
 
 
 @fault("reliability, several nodes: the last rank of node 1 never reaches the collective (none elsewhere)")

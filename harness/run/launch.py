@@ -22,7 +22,7 @@ from harness.run import procs, warm
 from harness.run.launchers import Capacity, Local, node_env
 from harness.run.nodes import SETTLE_S, NodeView, SharedRun
 from harness.run.procs import POLL_S
-from harness.run.stacks import rank_stacks, stuck_where, waiting_on_lock
+from harness.run.stacks import death_stack, rank_stacks, stuck_where, waiting_on_lock
 from harness.run.tail import LineTail
 
 # a rank's error, then no result from rank 0 and no CPU time used by any rank: the others are stuck in a collective
@@ -360,10 +360,12 @@ class _Launch:
             # fatal on a rank that outlived the first dead one is a symptom, named below
             return CaseRecord(case_id, error=f"failed at {fatal.stage}: {fatal.message}", error_rank=fatal.rank,
                               traceback=fatal.traceback)
-        if dead:  # the others' errors ("connection closed") are symptoms: name the rank that died
+        if dead:  # the others' errors ("connection closed") are symptoms: name the rank that died, and where
             seen = f"; rank {error.rank} saw: {error.message}" if error and error.rank != dead[0] else ""
+            death = death_stack(self.folder, dead[0])
+            how = f": {death[0]}" if death else ""
             return CaseRecord(case_id, error=f"{name(dead[0])} died during the case (pid {self.watch.pids[dead[0]]})"
-                                             f"{seen}", traceback=_last_log_lines(self.log))
+                                             f"{how}{seen}", traceback=death[1] if death else _last_log_lines(self.log))
         if error is not None:
             return CaseRecord(case_id, error=error.message, error_rank=error.rank, traceback=error.traceback)
         where, stacks = stuck_where(self.stacks, name), "\n".join(f"--- {name(rank)} ---\n{text}"

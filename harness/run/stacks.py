@@ -1,5 +1,6 @@
-"""Hang diagnostics: before a hung group is killed, every rank on every node dumps its Python stacks, and the
-TIMEOUT reason names where each rank is stuck."""
+"""Hang and crash diagnostics: before a hung group is killed, every rank on every node dumps its Python stacks, and
+the TIMEOUT reason names where each rank is stuck; a rank that dies in native code has left its own stack (its
+faulthandler, harness.engine.worker), and the ERROR names where it died."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from harness.run import procs
 from harness.run.procs import POLL_S
 from harness.run.tail import LineTail
 
+FATAL = "Fatal Python error: "  # how faulthandler begins the stack of a process a fatal signal ends
 STACKS_WAIT_S = 10.0  # how long the ranks get to write their stacks (they do it from a signal handler, at once)
 
 
@@ -62,12 +64,26 @@ def waiting_on_lock(stacks: dict[int, str]) -> bool:
 def stuck_where(stacks: dict[int, str], name: Callable[[int], str] = "rank {}".format) -> str:
     """'; stuck: rank 0 in all_gather_object (distributed_c10d.py:3166), rank 1 in ...': the innermost frame of each
     rank's main thread (faulthandler prints the thread that took the signal first as 'Current thread')."""
-    places = []
-    for rank, text in sorted(stacks.items()):
-        frame = _innermost(text)
-        if frame is None:
-            continue
-        match = re.match(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)', frame)
-        if match:
-            places.append(f"{name(rank)} in {match['func']} ({Path(match['path']).name}:{match['line']})")
+    places = [f"{name(rank)} {place}" for rank, place in sorted((rank, _place(text)) for rank, text in stacks.items())
+              if place]
     return f"; stuck: {', '.join(places)}" if places else ""
+
+
+def death_stack(folder: Path, rank: int) -> tuple[str, str] | None:
+    """What a rank ended by a fatal signal wrote of it: ('Aborted in _abort_self (reliability.py:61)', the whole
+    stack), or None when it wrote nothing (SIGKILL leaves no stack)."""
+    try:
+        text = (folder / f"rank{rank}.stacks").read_text(errors="replace")
+    except OSError:
+        return None
+    if FATAL not in text:
+        return None
+    stack = FATAL + text.rsplit(FATAL, 1)[1]
+    what, place = stack.splitlines()[0].removeprefix(FATAL), _place(stack)
+    return (f"{what} {place}" if place else what), stack
+
+
+def _place(text: str) -> str | None:
+    """'in all_gather_object (distributed_c10d.py:3166)': the innermost frame of the main thread's stack."""
+    match = re.match(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)', _innermost(text) or "")
+    return f"in {match['func']} ({Path(match['path']).name}:{match['line']})" if match else None

@@ -56,9 +56,11 @@ def _results(report_dir: Path) -> dict[str, dict]:
 
 HANG, RAISE, KILL = "flux/tp2/native/fp32/tensor+hang_rank1", "flux/ulysses2/native/fp32/tensor+raise_rank1", \
     "flux/tp2/native/fp32/tensor+kill_rank1"
+ABORT = "qwenimage/ulysses2/native/fp32/tensor+abort_rank1"
 FAULT_PLAN = [_case("flux", "ulysses2"), _case("flux", "tp2", "hang_rank1"), _case("flux", "tp2"),
               _case("flux", "ulysses2", "raise_rank1"), _case("qwenimage", "ulysses2"),
-              _case("flux", "tp2", "kill_rank1"), _case("qwenimage", "tp2")]
+              _case("flux", "tp2", "kill_rank1"), _case("qwenimage", "tp2"),
+              _case("qwenimage", "ulysses2", "abort_rank1")]
 DELIBERATE = "RuntimeError: deliberate failure on rank 1 (raise_rank1)"
 
 
@@ -69,8 +71,9 @@ def _launched_first(report_dir: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_hang_a_raise_and_a_kill_each_cost_only_their_own_case(project, settings_for):
-    """One run, one world size: each faulty case ends its launch; the cases after it run in a relaunched group."""
+def test_a_hang_a_raise_a_kill_and_an_abort_each_cost_only_their_own_case(project, settings_for):
+    """One run, one world size: each faulty case ends its launch; the cases after it run in a relaunched group. A
+    rank that dies in native code (as glibc aborts on a corrupted heap) is named with where it died."""
     try:
         summary = runner.run(settings_for(case_timeout=CASE_TIMEOUT), [PlannedCase(c) for c in FAULT_PLAN],
                              echo=lambda _: None)
@@ -99,6 +102,13 @@ def test_a_hang_a_raise_and_a_kill_each_cost_only_their_own_case(project, settin
 
     assert results[KILL].status is Status.ERROR
     assert results[KILL].reason.startswith("rank 1 died during the case"), results[KILL].reason
+    assert "Fatal Python error" not in results[KILL].extra.get("traceback", "")  # SIGKILL leaves no stack
+
+    assert results[ABORT].status is Status.ERROR
+    assert re.fullmatch(r"rank 1 died during the case \(pid \d+\): Aborted in _abort_self \(reliability.py:\d+\)"
+                        r"(; rank 0 saw: .*)?", results[ABORT].reason), results[ABORT].reason
+    stack = results[ABORT].extra["traceback"]  # its own, written by its faulthandler as it died
+    assert stack.startswith("Fatal Python error: Aborted") and "harness/faults/reliability.py" in stack, stack
 
 
 # ------------------------------------------------------------------ ranks forked from one warm parent stay apart
