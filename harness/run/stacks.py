@@ -70,7 +70,7 @@ def stuck_where(stacks: dict[int, str], name: Callable[[int], str] = "rank {}".f
 
 
 def death_stack(folder: Path, rank: int) -> tuple[str, str] | None:
-    """What a rank ended by a fatal signal wrote of it: ('Aborted in _abort_self (reliability.py:61)', the whole
+    """What a rank ended by a fatal signal wrote of it: ('Aborted in _abort_self (reliability.py:54)', the whole
     stack), or None when it wrote nothing (SIGKILL leaves no stack)."""
     try:
         text = (folder / f"rank{rank}.stacks").read_text(errors="replace")
