@@ -148,11 +148,11 @@ def test_the_warm_parent_started_as_a_run_begins_is_the_one_its_launches_use(set
 def test_the_warm_parent_starts_before_the_command_imports_torch(project, command):
     """Its imports overlap the command's own only when it starts first: `harness run` once imported its runner, and
     torch with it, before starting it (1.2 s into the run; the first launch then waited 0.7 s for it)."""
-    probe = (f"import sys\nfrom harness import cli\nfrom harness.run import warm\n"
-             f"def early(settings):\n"
-             f"    print('torch ' + ('imported' if 'torch' in sys.modules else 'not imported') + ' yet')\n"
-             f"    raise SystemExit(0)\n"
-             f"warm.start_early = early\n"
+    probe = ("import sys\nfrom harness import cli\nfrom harness.run import warm\n"
+             "def early(settings):\n"
+             "    print('torch ' + ('imported' if 'torch' in sys.modules else 'not imported') + ' yet')\n"
+             "    raise SystemExit(0)\n"
+             "warm.start_early = early\n"
              f"cli.main([{command!r}])\n")
     done = subprocess.run([sys.executable, "-c", probe], cwd=project, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
