@@ -237,4 +237,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()  # a failure raises, as before, and Python prints it
+    sys.stdout.flush(), sys.stderr.flush()
+    # Not Python's own teardown: a gloo worker thread may still be freeing a finished collective, which holds a
+    # Python object; taking the GIL from a finalizing interpreter aborts the rank after its Done
+    # (docs/reliability.md). The forked ranks of a warm parent end the same way.
+    os._exit(code)

@@ -186,7 +186,7 @@ def test_the_train_kind_has_its_own_models_and_layouts_until_the_user_names_them
 
 DDP_SCRIPT = """
 import faulthandler; faulthandler.enable()  # a rank that aborts says where
-import json, sys, torch, torch.distributed as dist
+import json, os, sys, torch, torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from harness.core import determinism
 from harness.core.layouts import parse_layout
@@ -209,8 +209,9 @@ if dist.get_rank() == 0:
     errors = training_errors(ran, *_expected(reference))
     worst = max(value["rel_l2"] for value in errors["param_errors"].values())
     print(json.dumps({"loss": errors["loss_rel_err"], "grad": worst, "weights": errors["weight_max_abs_err"]}))
-dist.barrier()  # every rank tears the group down together (rank 1 once aborted alone in teardown, rank 0 judging)
 dist.destroy_process_group()
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)  # not Python's teardown: gloo's threads may still free works that hold Python objects (docs/reliability.md)
 """
 
 

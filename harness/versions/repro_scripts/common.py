@@ -50,6 +50,17 @@ def start():
     return (dist.get_rank() if world > 1 else 0), world, device
 
 
+def finish(world):
+    """The rank's end once its verdict is out. Not Python's own teardown: a gloo group's worker thread can still be
+    freeing a finished collective as the interpreter finalizes; when that work holds a Python object (torch 2.13
+    stashes one for each backward), its thread takes the GIL to drop it and the rank aborts ("terminate called
+    without an active exception") after printing its verdict. docs/reliability.md has the stack."""
+    if world > 1:
+        dist.destroy_process_group()
+    sys.stdout.flush(), sys.stderr.flush()
+    os._exit(0)
+
+
 def cpu_shims():
     """Only what diffusers needs to run its own parallel code on CPU with gloo (the harness's harness/rank/cpu.py):
     its rank-to-device arithmetic divides by the accelerator count (0 on CPU); its tensor parallelism refuses the

@@ -14,6 +14,7 @@ from harness.versions.repro_scripts.common import (
     contextlib,
     describe,
     dist,
+    finish,
     loaded_model,
     moved,
     older_release_inputs,
@@ -135,9 +136,7 @@ def main():
         else:
             print(f"  limits: {CASE['noise_factor']}x the single-device {CASE['dtype']} run's errors")
         print(f"{CASE['id']}: {judge(found, single)}", flush=True)
-    if world > 1:  # together: a rank whose gloo group goes while a peer still judges aborts 1 run in 4
-        dist.barrier()  # as it exits ("terminate called without an active exception", torch 2.13 on CPU)
-        dist.destroy_process_group()
+    finish(world)
 
 
 if __name__ == "__main__":
