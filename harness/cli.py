@@ -116,7 +116,8 @@ def forked(argv: list[str], started: float) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    previous = {signum: signal.signal(signum, _terminate) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {signum: signal.signal(signum, _terminate) for signum in (signal.SIGTERM, signal.SIGHUP)
+                if signal.getsignal(signum) is not signal.SIG_IGN}  # `nohup harness run` keeps running on a hangup
     try:
         return COMMANDS[args.command](args)
     except RunStopped as stopped:  # its one line is said; the reports of the finished cases are written

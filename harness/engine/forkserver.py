@@ -261,6 +261,7 @@ def _command_process(request: dict, function) -> None:
         for stream in (sys.stdout, sys.stderr):  # as a fresh interpreter would buffer them for these streams
             stream.reconfigure(line_buffering=stream is sys.stderr or stream.isatty())
         atexit._clear()  # this process's own exit functions are not the command's  # noqa: SLF001
+        _client_signals(**request["signals"])
         code = function(sys.argv[1:], request["started"])
     except SystemExit as stop:  # as the interpreter ends on one
         if isinstance(stop.code, int) or stop.code is None:
@@ -278,6 +279,17 @@ def _command_process(request: dict, function) -> None:
         finally:
             sys.stdout.flush(), sys.stderr.flush()
             os._exit(code)
+
+
+def _client_signals(forwarded: list[int], ignored: list[int]) -> None:
+    """The signal dispositions the command would have started with in its client's place, not this process's: a
+    warm parent started by a process that ignores SIGINT (a CI job's `pytest &` under a non-interactive shell, where
+    a test's Ctrl-C then went unanswered) would otherwise pass that on to every command forked from it."""
+    for signum in forwarded:
+        if signum in ignored:
+            signal.signal(signum, signal.SIG_IGN)
+        else:
+            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
 
 
 class Agent:

@@ -263,6 +263,9 @@ def share(folder: Path, env: dict[str, str]) -> WarmParent:
     return parent
 
 
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what run_in_shared passes on to the command
+
+
 def run_in_shared(argv: list[str], call: str, imports: tuple[str, ...] = ()) -> int | None:
     """Run this `harness` command (`argv` as sys.argv) in a fork of a shared warm parent (SHARED), which has torch
     and diffusers imported, when its environment, interpreter and harness are this process's: there `call`
@@ -280,8 +283,12 @@ def run_in_shared(argv: list[str], call: str, imports: tuple[str, ...] = ()) -> 
             sys.executable, list(sys.flags), sys.warnoptions):
         client.close()
         return None
+    # a signal this process was started ignoring (`nohup`, or a non-interactive shell's `&` for SIGINT) is not
+    # passed on, and the command ignores it too: it must not get the warm parent's dispositions instead
+    ignored = [signum for signum in FORWARDED if signal.getsignal(signum) is signal.SIG_IGN]
     request = {"command": list(argv), "call": call, "imports": list(imports), "cwd": os.getcwd(),
-               "env": dict(os.environ), "path": sys.path, "started": time.monotonic() - (process_age_s() or 0.0)}
+               "env": dict(os.environ), "path": sys.path, "started": time.monotonic() - (process_age_s() or 0.0),
+               "signals": {"forwarded": list(FORWARDED), "ignored": ignored}}
     command, waiting = None, []
 
     def forward(signum, _frame) -> None:
@@ -293,8 +300,7 @@ def run_in_shared(argv: list[str], call: str, imports: tuple[str, ...] = ()) -> 
         except ProcessLookupError:  # it has just ended: its code is on its way
             pass
 
-    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {signum: signal.signal(signum, forward) for signum in handled}
+    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED if signum not in ignored}
     try:
         answers = client.makefile("rb")
         try:

@@ -174,6 +174,11 @@ def _signal_state(pid: int) -> str:
     return " ".join(line.replace("\t", " ") for line in status if line.startswith(("SigIgn", "SigBlk", "SigCgt")))
 
 
+def _ignores(pid: int, signum: int) -> bool:
+    line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("SigIgn"))
+    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+
+
 def _wait_for_hang(project: Path, process: subprocess.Popen, timeout: float = 120) -> None:
     """Until rank 1 of the 2-rank launch has reported that it started the (hanging) case."""
     events = launches_folder(project / "reports") / "ws2-1" / "rank1.jsonl"
@@ -245,6 +250,50 @@ def test_ctrl_c_keeps_finished_cases_and_resume_runs_only_the_rest(project, zoo_
     assert final[hung]["status"] == "TIMEOUT" and "case timeout" in final[hung]["reason"]
     assert not (project / "reports/results.partial.jsonl").exists()
     assert workers_naming(project) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_reaches_a_command_forked_from_a_warm_parent_that_ignores_it(project, zoo_references, monkeypatch,
+                                                                           tmp_path_factory):
+    """A shared warm parent started while SIGINT is ignored (as under a CI job's `pytest &` in a non-interactive
+    shell) gives the commands it forks their client's signal dispositions, not its own. Found so: a clean-clone
+    `.ci/run` started that way failed the Ctrl-C test above, the forked run ignoring the SIGINT its client passed
+    on and running on to the hang's TIMEOUT (exit 1, not 130)."""
+    from harness.run import warm
+
+    session = os.environ.get(warm.SHARED, "")
+    monkeypatch.setenv(warm.SHARED, session)  # put back as it was, after share() adds to it
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # what the warm parent inherits across exec
+    try:
+        deaf = warm.share(tmp_path_factory.mktemp("deaf"), dict(os.environ))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        assert _ignores(deaf.process.pid, signal.SIGINT)
+        # the command runs in a fork of this one (the first for its environment), its ranks in the session's
+        monkeypatch.setenv(warm.SHARED, os.pathsep.join(filter(None, [deaf.listen, session])))
+        process = _start_hanging_run(project, zoo_references, "ulysses2")
+        code, out, err, _seconds, survivors = _interrupt(project, process, lambda p: os.killpg(p.pid, signal.SIGINT))
+    finally:
+        deaf.close()
+    assert code == 130, (out[-3000:], err)
+    assert "harness: interrupted" in err and "Traceback" not in err
+    assert survivors == []
+
+
+def test_a_command_keeps_ignoring_a_signal_it_was_started_ignoring(monkeypatch):
+    """`nohup harness run` (SIGHUP ignored) keeps running on a hangup; SIGTERM, not ignored, still unwinds it."""
+    from harness import cli
+
+    seen = {}
+    monkeypatch.setitem(cli.COMMANDS, "run", lambda _args: seen.update(
+        {signum: signal.getsignal(signum) for signum in (signal.SIGHUP, signal.SIGTERM)}) or 0)
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        assert cli.main(["run"]) == 0
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert seen == {signal.SIGHUP: signal.SIG_IGN, signal.SIGTERM: cli._terminate}
 
 
 def test_resume_reruns_a_case_whose_line_a_killed_run_tore(tmp_path):
