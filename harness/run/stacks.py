@@ -64,8 +64,7 @@ def waiting_on_lock(stacks: dict[int, str]) -> bool:
 def stuck_where(stacks: dict[int, str], name: Callable[[int], str] = "rank {}".format) -> str:
     """'; stuck: rank 0 in all_gather_object (distributed_c10d.py:3166), rank 1 in ...': the innermost frame of each
     rank's main thread (faulthandler prints the thread that took the signal first as 'Current thread')."""
-    places = [(rank, _place(text)) for rank, text in sorted(stacks.items())]
-    named = [f"{name(rank)} {place}" for rank, place in places if place]
+    named = [f"{name(rank)} {place}" for rank, text in sorted(stacks.items()) if (place := _place(text))]
     return f"; stuck: {', '.join(named)}" if named else ""
 
 

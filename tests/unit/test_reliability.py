@@ -165,18 +165,23 @@ def _as_a_terminal() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
-def _signal_state(pid: int) -> str:
-    """The process's ignored and blocked signal masks, for a failure message."""
+def _signal_masks(pid: int) -> dict[str, int]:
+    """The process's blocked, ignored and caught signal masks ({} once it is gone)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text().splitlines()
     except OSError:
-        return "(gone)"
-    return " ".join(line.replace("\t", " ") for line in status if line.startswith(("SigIgn", "SigBlk", "SigCgt")))
+        return {}
+    return {name: int(mask, 16) for name, mask in (line.split(":\t") for line in status)
+            if name in ("SigBlk", "SigIgn", "SigCgt")}
+
+
+def _signal_state(pid: int) -> str:
+    """The masks, for a failure message."""
+    return " ".join(f"{name}: {mask:016x}" for name, mask in _signal_masks(pid).items()) or "(gone)"
 
 
 def _ignores(pid: int, signum: int) -> bool:
-    line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("SigIgn"))
-    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return bool(_signal_masks(pid).get("SigIgn", 0) >> (signum - 1) & 1)
 
 
 def _wait_for_hang(project: Path, process: subprocess.Popen, timeout: float = 120) -> None:
