@@ -15,9 +15,10 @@ from harness.flows.registry import (
     Refused,
     Setting,
     flow,
+    quick_values,
     refusal_of,
     value_of,
 )
 
 __all__ = ["AFTER", "BEFORE", "NONE", "REGISTERED", "VALUES", "Flow", "FlowValue", "Refused", "Setting", "flow",
-           "refusal_of", "value_of"]
+           "quick_values", "refusal_of", "value_of"]

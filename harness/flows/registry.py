@@ -71,6 +71,9 @@ class Flow:
     kinds: tuple[str, ...] = ("tensor",)  # the case kinds it runs on (harness.kinds: each kind's `flow_slice`)
     needs_accelerator: bool = False  # it moves weights between the CPU and an accelerator: SKIP on a CPU-only machine
     steps: int = 0  # its case runs a denoising loop of this many steps (it decides per step: a cache); 0: one forward
+    # the positions the quick plan runs (the full plan and `--flows all` run every one); a position left out is a
+    # finding no entry can excuse yet, said where it is declared
+    quick: tuple[str, ...] = (BEFORE, AFTER)
 
     def exists_on(self, layout) -> bool:
         return layout.world_size == 1 or on_layouts(self.layouts, layout)
@@ -116,6 +119,11 @@ def flow(help: str, **declared):
         return call
 
     return register
+
+
+def quick_values() -> list[str]:
+    """The flow axis's values the quick plan runs: the default and each flow at the positions it declares `quick`."""
+    return [name for name, value in VALUES.items() if value.flow is None or value.position in value.flow.quick]
 
 
 def value_of(name: str) -> FlowValue:

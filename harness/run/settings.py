@@ -27,17 +27,10 @@ from harness.run.launchers import LAUNCHERS
 # What each `--plan` sets of the run's own options (the kinds add theirs: `preset`). quick: what CI runs, the default;
 # full: every model, shape and layout, the GPU backends, fp16, and diffusers' refusals checked.
 
-# The flows the quick plan runs on its flow slice: every flow in both positions but the findings no entry can excuse
-# (docs/flows.md): `processor_after`, whose context-parallel cases fail the communication proof, and First Block
-# Cache, whose ranks decide alone under context parallelism and deadlock (a TIMEOUT, after the case's time limit).
-# The full plan and `--flows all` run them.
-QUICK_LEFT_OUT = ("processor_after", "cache_fbc", "cache_fbc_after")
-QUICK_FLOWS = [name for name in flows.VALUES if name not in QUICK_LEFT_OUT]
-
 RUN_PRESETS: dict[str, dict[str, Any]] = {
     # every load, each on the quick plan's load slice: from_pretrained as the guide writes it and wrapped in a
     # ParallelConfig, and the tensor-parallel combinations diffusers guards (harness.loads)
-    "quick": {"modes": ["eager", "compile"], "loads": list(LOADS), "flows": QUICK_FLOWS},
+    "quick": {"modes": ["eager", "compile"], "loads": list(LOADS), "flows": flows.quick_values()},
     "full": {
         "models": "all",
         "shapes": ["all"],
