@@ -197,7 +197,7 @@ def check_reference(captured) -> None:
 
 
 def check_parity(planned, results) -> None:
-    """The pytest outcome of one parity case: SKIP and XFAIL as pytest's own, FAIL/ERROR/TIMEOUT as a failure
+    """The pytest outcome of one parity case: SKIP and XFAIL as pytest's own (REFUSED as an xfail), FAIL/ERROR/TIMEOUT as a failure
     that says what broke and how to rerun the case alone, PASS as a pass. pytest has no outcome for a combination
     that cannot exist: N/A is a skip whose reason starts with "not applicable: " (`NOT_APPLICABLE`)."""
     from harness.core.applicability import status_of
@@ -210,7 +210,7 @@ def check_parity(planned, results) -> None:
         results.stop_for(planned.case.case_id)
     if not result.status.ran:
         pytest.skip(_skip_text(result.status, result.reason))
-    if result.status is Status.XFAIL:
+    if result.status in (Status.XFAIL, Status.REFUSED):  # a refusal: pytest's xfail(raises=...), the nearest outcome
         pytest.xfail(result.reason)
     if result.status is Status.XPASS:
         if results.xfail_strict:

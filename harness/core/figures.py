@@ -131,8 +131,9 @@ def deciding(figures: list[dict], evidence: list[dict] = ()) -> dict | None:
     no check with a number."""
     named = {figure["name"] for figure in figures}
     checks = [figure for figure in figures if "bound" in figure and is_number(figure.get("value"))]
-    checks += [{"name": item["check"], "label": item["check"].replace("_", " "), "short": item["check"],
-                "value": item["value"], "limit": item["limit"], "bound": "<=", "ideal": 0.0,
+    checks += [{"name": item["check"], "label": item["check"].replace("_", " "),
+                "short": item["check"].replace("_", " "), "value": item["value"], "limit": item["limit"],
+                "bound": "<=", "ideal": 0.0,
                 **({"subject": item["subject"]} if item.get("subject") else {})}
                for item in evidence if item["check"] not in named and is_number(item.get("value"))
                and is_number(item.get("limit"))]
@@ -140,8 +141,9 @@ def deciding(figures: list[dict], evidence: list[dict] = ()) -> dict | None:
     for check in checks:
         used = margin(float(check["value"]), float(check["limit"]), check["bound"], check["ideal"])
         if best is None or used > best["margin"]:
-            best = {**{key: check[key] for key in ("name", "label", "short", "value", "limit", "bound") if key in
-                       check}, **{key: check[key] for key in ("subject", "derived") if key in check}, "margin": used}
+            best = {**{key: check[key] for key in ("name", "label", "short", "value", "limit", "bound", "ideal")
+                       if key in check}, **{key: check[key] for key in ("subject", "derived") if key in check},
+                    "margin": used}
     if best is not None:
         best["text"] = decided_text(best)
     return best
@@ -149,18 +151,31 @@ def deciding(figures: list[dict], evidence: list[dict] = ()) -> dict | None:
 
 def decided_text(check: dict) -> str:
     """`SSIM 0.9994 >= 0.99 (0.06x of its allowance; limit: fixed, the bf16 entry of image_limits)`: the check,
-    its direction, how much of its allowance it used, and how its limit was derived."""
+    its direction, how much of its allowance it used, and how its limit was derived. A check held to exactly its
+    ideal (ranks that must agree bit for bit: limit 0) has no share to speak of: it says so."""
     about = f" [{check['subject']}]" if check.get("subject") else ""
     derived = f"; limit: {check['derived']}" if check.get("derived") else ""
     over = check["margin"] > 1
     bound = {"<=": ">" if over else "<=", ">=": "<" if over else ">="}[check["bound"]]
-    return (f"{check['label']}{about} {_number(check['value'])} {bound} {_number(check['limit'])} "
-            f"({_times(check['margin'])} of its allowance{derived})")
+    share = ("exact: any difference from " + _number(check["limit"]) + " fails" if is_exact(check)
+             else f"{_times(check['margin'])} of its allowance")
+    return f"{check['label']}{about} {_number(check['value'])} {bound} {_number(check['limit'])} ({share}{derived})"
 
 
 def decided_cell(check: dict) -> str:
-    """The matrix cell of a deciding check: its short name and the share of its allowance it used."""
+    """The matrix cell of a deciding check: its short name and the share of its allowance it used; a check held to
+    exactly its limit (limit 0: no allowance to share) its value against that limit (`ranks disagree 0.0037 > 0`)."""
+    if is_exact(check) and float(check["margin"]) > 0:
+        return f"{check['short']} {float(check['value']):.2g} {'<' if check['bound'] == '>=' else '>'} " \
+               f"{_number(check['limit'])}"
     return f"{check['short']} {_times(check['margin'])}"
+
+
+def is_exact(check: dict) -> bool:
+    """Whether a deciding check's limit is its ideal (no allowance: any difference fails), e.g. ranks that must agree
+    exactly. A check from a file written before the deciding check kept its ideal reads a limit of 0 as exact."""
+    ideal = check.get("ideal", 0.0)
+    return is_number(ideal) and is_number(check.get("limit")) and float(check["limit"]) == float(ideal)
 
 
 def _times(used: float | str) -> str:

@@ -20,6 +20,10 @@ from harness.core.errors import HarnessError
 from harness.core.header import RunHeader
 
 RESULTS_FILE = "results.json"  # the file a run writes in its report folder, the source of every view
+# What kind of finding a known issue is (a known_issues.toml entry's `severity`), most severe first: the order every
+# view lists them in. A REFUSED case is a refusal; an XFAIL the worst of the entries that excused it.
+SEVERITIES = ("silently wrong", "crash", "hang", "refusal")
+REFUSAL = "refusal"
 
 
 class Status(StrEnum):
@@ -28,7 +32,10 @@ class Status(StrEnum):
     ERROR = "ERROR"
     SKIP = "SKIP"
     TIMEOUT = "TIMEOUT"
-    XFAIL = "XFAIL"
+    XFAIL = "XFAIL"  # a known bug (known_issues.toml) that excuses exactly the evidence it names
+    # diffusers refused, with its own message, what it does not support, as the plan or a known-issue entry expected:
+    # its correct behaviour, tested as a refusal; neither a failure nor a known bug (files older than it read XFAIL)
+    REFUSED = "REFUSED"
     XPASS = "XPASS"  # a known issue that no longer reproduces: news, and with `xfail_strict` a failure
     # The combination cannot exist (diffusers refuses it, the model has no plan for the layout): decided at plan time
     # like a SKIP, but nothing could make it run (harness.core.applicability); files older than it read as before
@@ -94,6 +101,19 @@ class CaseResult:
     def figure(self, name: str) -> Any:
         """The value of the figure `name` (None when the case has none)."""
         return figures.value(self.figures, name)
+
+    @property
+    def severity(self) -> str:
+        """What kind of finding an XFAIL or REFUSED case is (SEVERITIES), the worst of its entries'; "" for any other
+        status. A file from before severities: a refusal by its reason, a known issue as a crash."""
+        if self.status is Status.REFUSED:
+            return REFUSAL
+        if self.status is not Status.XFAIL:
+            return ""
+        found = [entry.get("severity") for entry in self.known_issues if entry.get("severity") in SEVERITIES]
+        if found:
+            return min(found, key=SEVERITIES.index)
+        return REFUSAL if self.reason.startswith("expected refusal") and not self.known_issues else "crash"
 
     def known_issue(self, key: str) -> dict[str, str] | None:
         """The entry `key` (an excused item's "known") as this case carries it, or None."""

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
-from harness.core.results import CaseResult, Status
+from harness.core.results import REFUSAL, SEVERITIES, CaseResult, Status
 
 STATUSES = tuple(status.value for status in Status)
 BAD = frozenset(status.value for status in Status if status.is_bad)
@@ -45,6 +45,32 @@ def status_counts(cases: list[CaseResult]) -> dict[str, int]:
     for case in cases:
         counts[case.status.value] += 1
     return counts
+
+
+def standing(cases: list[CaseResult]) -> dict[str, int]:
+    """What a run's verdict stands on: its failures (FAIL, ERROR, TIMEOUT: none is known), then the known issues it
+    excused, by severity (SEVERITIES), the expected refusals among them."""
+    found = {"failures": sum(case.status.is_bad for case in cases), **{severity: 0 for severity in SEVERITIES}}
+    for case in cases:
+        if case.severity:
+            found[case.severity] += 1
+    return found
+
+
+# How the verdict's line names each count (`standing_text`), in SEVERITIES' order
+_STANDING = {"silently wrong": "known silently wrong result{s} in diffusers", "crash": "known crash{es}",
+             "hang": "known hang{s}", REFUSAL: "expected refusal{s} (diffusers refusing what it does not support)"}
+
+
+def standing_text(counts: dict[str, int]) -> str:
+    """`0 new failures; 20 known silently wrong results in diffusers, 140 known crashes, 46 expected refusals
+    (...)`: the failures, then each kind of known issue the run met."""
+    failures = counts["failures"]
+    head = f"{failures} new failure{'' if failures == 1 else 's'}"
+    known = [f"{counts[severity]} " + _STANDING[severity].format(s="" if counts[severity] == 1 else "s",
+                                                                 es="" if counts[severity] == 1 else "es")
+             for severity in SEVERITIES if counts[severity]]
+    return head + (f"; {', '.join(known)}" if known else "; no known issue met")
 
 
 def issue_of(case: CaseResult) -> str:

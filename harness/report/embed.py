@@ -11,7 +11,7 @@ thousands of XFAIL rows with the same few reasons and tracebacks. So:
 - a figure is [spec, value, limit, the share of its limit used], its spec ([name, label, 1 for the cell's figure],
   the same in every case of a kind) an index into `f`, its value, limit and ratio text written in Python
   (harness.core.figures.written), so the page formats no figure itself; a failed check is [check, subject, value,
-  limit, known issue, the band it excuses], at most SHOWN_CHECKS of each check, then [check, "", "", "", "", "", how
+  limit, the known issue (or expected refusal) that excuses it, the band it excuses], at most SHOWN_CHECKS of each check, then [check, "", "", "", "", "", how
   many more];
 - a case's known-issue entries ({key, title, link}, the same in thousands of XFAIL cases) are indices into the value
   table `v`, a link kept only where a browser may follow it (detail.outside_link);
@@ -125,11 +125,12 @@ def _row(case: CaseResult, names: list[str], specs: Table, values: Table) -> lis
 
 
 def _entry(entry: dict[str, str]) -> dict[str, str]:
-    """A known-issue entry as the page shows it: its key, its title, where the page lists it (`anchor`), and its
-    link and upstream thread where a browser may follow them."""
+    """A known-issue entry as the page shows it: its key, its title, where the page lists it (`anchor`), its link
+    and upstream thread where a browser may follow them, and its kind of finding."""
     key = str(entry.get("key", ""))
     return {"key": key, "title": str(entry.get("title", "")), "anchor": issue_anchor(key),
-            "link": outside_link(entry.get("link")) or "", "upstream": outside_link(entry.get("upstream")) or ""}
+            "link": outside_link(entry.get("link")) or "", "upstream": outside_link(entry.get("upstream")) or "",
+            "severity": str(entry.get("severity", ""))}
 
 
 def _trimmed(row: list[Any]) -> list[Any]:
@@ -157,8 +158,9 @@ def _evidence(items: list[dict[str, Any]]) -> list[list[Any]]:
         check = item.get("check") or ""
         seen[check] += 1
         if seen[check] <= SHOWN_CHECKS:
+            excused = item.get("known") or (f"expected refusal: {item['refused']}" if item.get("refused") else None)
             texts = [item.get("check"), item.get("subject"), pack.number(item.get("value")),
-                     pack.number(item.get("limit")), item.get("known"), pack.band(item.get("band"))]
+                     pack.number(item.get("limit")), excused, pack.band(item.get("band"))]
             out.append(_trimmed([_Text.of("evidence", text) for text in texts]))
     for check, count in seen.items():
         if count > SHOWN_CHECKS:

@@ -9,9 +9,9 @@ from html import escape
 from harness.core.header import RunHeader
 from harness.core.results import CaseResult
 from harness.report.coverage import ANCHOR as COVERAGE_ANCHOR
-from harness.report.data import BAD
+from harness.report.data import BAD, standing, standing_text
 
-__all__ = ["no_coverage", "setup_line", "verdict"]
+__all__ = ["no_coverage", "setup_line", "stands_on", "verdict"]
 
 
 def verdict(header: RunHeader, counts: dict[str, int]) -> str:
@@ -25,6 +25,16 @@ def verdict(header: RunHeader, counts: dict[str, int]) -> str:
         word = "PASS" if sum(counts.values()) else "EMPTY"
     style = {"INCOMPLETE": "ERROR", "EMPTY": "SKIP"}.get(word, word)
     return f'<span class="verdict badge s-{style}" id="verdict">{word}</span>'
+
+
+def stands_on(cases: list[CaseResult]) -> str:
+    """What the verdict stands on, beside it: the failures the run found (none known), then the known issues it
+    excused by kind, the silently wrong ones first, and the refusals diffusers made as expected (data.standing)."""
+    counts = standing(cases)
+    if not cases:
+        return ""
+    return (f'<p class="stands-on" id="stands-on"><b>{"Passes on" if not counts["failures"] else "Fails on"}</b> '
+            f'{escape(standing_text(counts))} <a href="#known-issues">(listed below, most severe first)</a></p>')
 
 
 def setup_line(header: RunHeader, cases: list[CaseResult]) -> str:

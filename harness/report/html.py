@@ -23,7 +23,7 @@ from harness.report.coverage import coverage_section
 from harness.report.data import BAD, STATUSES, ordered_statuses, plain, status_counts, unique
 from harness.report.detail import badge
 from harness.report.embed import encode, script_tag
-from harness.report.first_screen import no_coverage, setup_line, verdict
+from harness.report.first_screen import no_coverage, setup_line, stands_on, verdict
 from harness.report.sections import Lists, attention_section, group_section, issue_list, split
 
 __all__ = ["render_html", "render_page"]
@@ -35,7 +35,7 @@ SCRIPTS = ("format.js", "charts.js", "detail.js", "matrix.js", "place.js", "repo
 PURPOSES = {"selftest": "Selftest page: every case here carries a deliberate bug (a negative control), so FAIL is the "
                         "expected outcome; a PASS or an XPASS means a bug went unnoticed."}
 DIFFERS = ' class="differs"'
-NAV = (("failing", "Needs a look"), ("known-issues", "Known issues"), ("skipped", "Skipped"),
+NAV = (("failing", "Needs a look"), ("known-issues", "Known issues and refusals"), ("skipped", "Skipped"),
        ("not-applicable", "Not applicable"), ("passing", "Passing"), ("matrix", "Matrix"), ("details", "Opened cases"),
        ("environment", "Environment"))
 
@@ -58,7 +58,8 @@ def render_page(header: RunHeader, cases: list[CaseResult]) -> str:
     bad = sum(counts.get(status, 0) for status in BAD)
     title = f"Parity report: {len(cases)} cases, {bad} failing"
     body = "".join([
-        f"<header><h1>Parity report {verdict(header, counts)}</h1><p class=\"sub\">{_run_line(header, cases)}</p>"
+        f"<header><h1>Parity report {verdict(header, counts)}</h1>{stands_on(cases)}"
+        f"<p class=\"sub\">{_run_line(header, cases)}</p>"
         f"{_environment_line(header)}{setup_line(header, cases)}{_time(header)}{_nav()}</header>",
         _incomplete_banner(header),
         _mismatch_banner(header),
@@ -85,7 +86,8 @@ def _nav() -> str:
 
 def _lists(lists: Lists, cases: list[CaseResult], header: RunHeader) -> str:
     listing = issue_list(cases, list(header.known_issues_unmatched or []))
-    return (group_section("known-issues", "Known issues (XFAIL)", lists.xfail, cases, "issue", "XFAIL", listing)
+    return (group_section("known-issues", "Known issues (XFAIL) and expected refusals (REFUSED), most severe first",
+                          lists.xfail, cases, "issue", "XFAIL", listing)
             + group_section("skipped", "Skipped", lists.skip, cases, "reason", "SKIP")
             + group_section("not-applicable", "Not applicable (N/A)", lists.not_applicable, cases, "reason", "N/A")
             + group_section("passing", "Passing", lists.passing, cases, "group", "PASS"))

@@ -16,17 +16,18 @@ import pandas as pd
 
 from harness.core import axes, figures
 from harness.core.records import Case
-from harness.core.results import CaseResult, Status
-from harness.report.data import OBSERVED, anchor, link
+from harness.core.results import SEVERITIES, CaseResult, Status
+from harness.report.data import OBSERVED, anchor, link, standing, standing_text
 from harness.report.idsets import describe
 
 # Around the figures, which are each kind's own (a column per figure name, in the kinds' order: harness.core.figures).
 _FIRST = ["case_id", "model", "shape", "kind", "layout", "world_size", "backend", "dtype"]
-LEADING = [*_FIRST, *(name for name in axes.NAMES if name not in _FIRST), "status"]  # an axis added later: its column
+# an axis added later: its column; `severity`: an XFAIL's or REFUSED's kind of finding (CaseResult.severity)
+LEADING = [*_FIRST, *(name for name in axes.NAMES if name not in _FIRST), "status", "severity"]
 DECIDING = ["deciding", "deciding_margin"]  # the deciding check in words, and how much of its limit it used
 TRAILING = ["first_divergence", "dispatched", "kernels", "comms", "reason", "seconds", "peak_mem_mb"]
 WIDTH = 120  # terminal columns every line of `terminal()` fits in
-_INDEX_MAX, _CELL_MAX = 40, 24  # caps that keep one label plus one cell under WIDTH whatever the names
+_INDEX_MAX, _CELL_MAX = 40, 32  # caps that keep one label plus two cases' cell under WIDTH whatever the names
 _REASON_MAX = 300  # Markdown reason cells; the whole text is in index.html
 _REASON_LINES = 4  # terminal lines of a failing case's reason
 
@@ -42,7 +43,7 @@ def to_frame(results: list[CaseResult]) -> pd.DataFrame:
         row = result.to_dict()
         row.update({figure["name"]: row_value(figure) for figure in row["figures"]})
         decided = result.deciding or {}
-        row.update(deciding=decided.get("text"), deciding_margin=decided.get("margin"))
+        row.update(deciding=decided.get("text"), deciding_margin=decided.get("margin"), severity=result.severity)
         rows.append({column: row.get(column) for column in columns})
     return pd.DataFrame(rows, columns=columns)
 
@@ -88,7 +89,7 @@ def _clip(text: str, width: int) -> str:
 
 def _cell(result: CaseResult) -> str:
     label = result.status.value
-    if result.status in (Status.PASS, Status.FAIL, Status.XFAIL) and result.cell:
+    if result.status in (Status.PASS, Status.FAIL, Status.XFAIL, Status.XPASS) and result.cell:
         label += f" {result.cell}"
     return _clip(label, _CELL_MAX)
 
@@ -125,7 +126,16 @@ def terminal(results: list[CaseResult], width: int = WIDTH, page: str | None = N
             lines += _failing(r, width, page)
         lines.append("")
     lines.append(counts_line(results) or "(no cases)")
+    if results:
+        lines += textwrap.wrap(stands_on(results), width, subsequent_indent="  ")
     return "\n".join(lines)
+
+
+def stands_on(results: list[CaseResult]) -> str:
+    """The verdict and what it stands on: `PASS stands on: 0 new failures; 20 known silently wrong results in
+    diffusers, ...` (report.data.standing)."""
+    counts = standing(results)
+    return f"{'FAIL' if counts['failures'] else 'PASS'} stands on: {standing_text(counts)}"
 
 
 def _failing(result: CaseResult, width: int, page: str | None) -> list[str]:
@@ -190,13 +200,20 @@ def _md(text: str, limit: int = _REASON_MAX) -> str:
     return _escape(_clip(_one_line(text), limit))
 
 
-def _grouped_table(title: str, results: list[CaseResult], key: Callable[[CaseResult], str]) -> list[str]:
-    """One row per distinct reason: how many cases, the reason, and which cases as exact brace patterns."""
+def _grouped_table(title: str, results: list[CaseResult], key: Callable[[CaseResult], str],
+                   severity: bool = False) -> list[str]:
+    """One row per distinct reason: how many cases, the reason, and which cases as exact brace patterns; with
+    `severity`, each known issue's kind of finding first and the most severe kind first (SEVERITIES)."""
     if not results:
         return []
-    lines = ["", f"### {title} ({len(results)})", "", "| cases | reason | which |", "|---:|---|---|"]
-    for reason, group in sorted(_by(results, key).items(), key=lambda item: -len(item[1])):
-        lines.append(f"| {len(group)} | {_md(reason or '(no reason given)')} | "
+    head = ["| cases | kind | reason | which |", "|---:|---|---|---|"] if severity else \
+        ["| cases | reason | which |", "|---:|---|---|"]
+    lines = ["", f"### {title} ({len(results)})", "", *head]
+    groups = sorted(_by(results, key).items(), key=lambda item: (
+        SEVERITIES.index(item[1][0].severity) if severity else 0, -len(item[1])))
+    for reason, group in groups:
+        kind = f"{group[0].severity} | " if severity else ""
+        lines.append(f"| {len(group)} | {kind}{_md(reason or '(no reason given)')} | "
                      f"{_escape(describe((r.case_id for r in group), 240))} |")
     return lines
 
@@ -207,8 +224,11 @@ def _known_issue(result: CaseResult) -> str:
 
 
 def markdown(results: list[CaseResult], header_lines: list[str] = ()) -> str:
-    """Counts, a row per model, every FAIL/ERROR/TIMEOUT by id, the rest grouped by reason, and where to look."""
+    """Counts, what they stand on, a row per model, every FAIL/ERROR/TIMEOUT by id, the rest grouped by reason, and
+    where to look."""
     lines = ["## Parity matrix", "", *header_lines, f"**{counts_line(results) or 'no cases'}**"]
+    if results:
+        lines += ["", stands_on(results)]
     statuses = [status for status, count in counts(results).items() if count]
     if results:
         lines += ["", "| model | cases | " + " | ".join(statuses) + " |", "|---|" + "---:|" * (len(statuses) + 1)]
@@ -222,8 +242,8 @@ def markdown(results: list[CaseResult], header_lines: list[str] = ()) -> str:
                   "first divergence |", "|---|---|---|---|---|"]
         lines += [f"| `{r.case_id}` | **{r.status.value}** | {_md((r.deciding or {}).get('text', ''))} | "
                   f"{_md(r.reason)} | {_md(r.first_divergence or '')} |" for r in failing]
-    lines += _grouped_table("Known issues (XFAIL), by issue", [r for r in results if r.status is Status.XFAIL],
-                            _known_issue)
+    lines += _grouped_table("Known issues (XFAIL) and expected refusals (REFUSED), most severe first",
+                            [r for r in results if r.severity], _known_issue, severity=True)
     lines += _grouped_table("Passing with a note", [r for r in results if r.status is Status.PASS and r.reason],
                             lambda r: r.reason)
     lines += _grouped_table("Skipped, by reason", [r for r in results if r.status is Status.SKIP],

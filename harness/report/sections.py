@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass, field
 from html import escape
 
-from harness.core.results import CaseResult, Status
+from harness.core.results import SEVERITIES, CaseResult, Status
 from harness.report.data import ATTENTION, anchor, issue_of
 from harness.report.detail import badge, cause_link, issue_anchor, linked
 from harness.report.idsets import compact
@@ -31,6 +31,8 @@ class Group:
     members: list[int] = field(default_factory=list)
     entries: list[dict[str, str]] = field(default_factory=list)
     cause: str = ""
+    severity: str = ""  # an XFAIL or REFUSED group's kind of finding (SEVERITIES)
+    status: str = ""  # its cases' status where the section holds more than one (XFAIL, REFUSED)
 
 
 @dataclass
@@ -49,15 +51,16 @@ class Lists:
 
 
 def split(cases: list[CaseResult]) -> Lists:
-    """Failing and XPASS cases first (in that order of status, then plan order); XFAIL by the known issues that
-    excused it (or the expected refusal), SKIP and N/A by reason, PASS with a note by note, plain PASS by model; the
+    """Failing and XPASS cases first (in that order of status, then plan order); XFAIL and REFUSED by the known
+    issues that excused them (or the expected refusal), the most severe kind first (silently wrong, crash, hang,
+    refusal: SEVERITIES), SKIP and N/A by reason, PASS with a note by note, plain PASS by model; within each, the
     biggest group first."""
     attention = sorted((i for i, case in enumerate(cases) if case.status.needs_a_look),
                        key=lambda i: ATTENTION.index(cases[i].status.value))
     xfail, skip, noted, plain, absent = {}, {}, {}, {}, {}
     for i, case in enumerate(cases):
-        if case.status is Status.XFAIL:
-            xfail.setdefault(_issues(case), []).append(i)
+        if case.status in (Status.XFAIL, Status.REFUSED):
+            xfail.setdefault((case.status.value, _issues(case)), []).append(i)
         elif case.status is Status.SKIP:
             skip.setdefault(case.reason, []).append(i)
         elif case.status is Status.NOT_APPLICABLE:
@@ -66,7 +69,7 @@ def split(cases: list[CaseResult]) -> Lists:
             noted.setdefault(case.reason, []).append(i)
         elif case.status is Status.PASS:
             plain.setdefault(f"{case.model}: passing", []).append(i)
-    known = [_known(group, cases) for group in _groups("x", xfail)]
+    known = sorted((_known(group, cases) for group in _groups("x", xfail)), key=lambda group: _RANK[group.severity])
     passing = _groups("n", noted) + _groups("p", plain, by_size=False)
     return Lists(attention, known, _groups("k", skip), passing, _groups("a", absent))
 
@@ -78,8 +81,11 @@ def _issues(case: CaseResult) -> str:
 
 
 def _known(group: Group, cases: list[CaseResult]) -> Group:
-    """An XFAIL group titled by its entries (as its first case carries them), the reason they give in its body."""
+    """An XFAIL or REFUSED group titled by its entries (as its first case carries them), the reason they give in
+    its body, and its kind of finding."""
     first = cases[group.members[0]]
+    group.severity, group.status = first.severity, first.status.value
+    group.title = issue_of(first)
     if first.known_issues:
         group.entries = first.known_issues
         group.cause = issue_of(first)
@@ -87,9 +93,13 @@ def _known(group: Group, cases: list[CaseResult]) -> Group:
     return group
 
 
-def _groups(prefix: str, members: dict[str, list[int]], by_size: bool = True) -> list[Group]:
+def _groups(prefix: str, members: dict, by_size: bool = True) -> list[Group]:
     items = sorted(members.items(), key=lambda item: -len(item[1])) if by_size else list(members.items())
-    return [Group(f"{prefix}{n}", title, indices) for n, (title, indices) in enumerate(items)]
+    return [Group(f"{prefix}{n}", title if isinstance(title, str) else title[-1], indices)
+            for n, (title, indices) in enumerate(items)]
+
+
+_RANK = {severity: n for n, severity in enumerate(SEVERITIES)}  # a group's place in its section
 
 
 def attention_section(cases: list[CaseResult], indices: list[int]) -> str:
@@ -134,8 +144,10 @@ def group_section(section_id: str, title: str, groups: list[Group], cases: list[
 def _group(group: Group, cases: list[CaseResult], status: str) -> str:
     count = len(group.members)
     cause = f'<p class="cause">{linked(group.cause)}</p>' if group.cause else ""
+    severity = _severity({"severity": group.severity})
     return (
-        f'<details class="group s-{status}" data-group="{group.key}"><summary><b class="n">{count}</b> '
+        f'<details class="group s-{escape(group.status or status)}" data-group="{group.key}"><summary>'
+        f'<b class="n">{count}</b> {severity}'
         f'<span class="why">{escape(group.title or "(no reason given)")}</span>{_entries(group.entries)}</summary>'
         f'<div class="group-body">{cause}{patterns([cases[i].case_id for i in group.members])}'
         '<div class="rows"></div></div></details>'
@@ -164,13 +176,22 @@ def issue_list(cases: list[CaseResult], unmatched: list[str]) -> str:
         for entry in case.known_issues:
             met.setdefault(entry.get("key", ""), [entry, 0])[1] += 1
     rows = "".join(
-        f'<li id="{issue_anchor(key)}" class="issue-entry"><b>{escape(key)}</b> {escape(entry.get("title", ""))} '
-        f'{cause_link(entry.get("link", ""))} {cause_link(entry.get("upstream", ""), "upstream")} '
+        f'<li id="{issue_anchor(key)}" class="issue-entry"><b>{escape(key)}</b> {_severity(entry)}'
+        f'{escape(entry.get("title", ""))} {cause_link(entry.get("link", ""))} '
+        f'{cause_link(entry.get("upstream", ""), "upstream")} '
         f'<span class="muted">({count} case{"" if count == 1 else "s"})</span></li>'
-        for key, (entry, count) in sorted(met.items(), key=lambda item: _number(item[0])))
+        for key, (entry, count) in sorted(met.items(), key=lambda item: (_RANK.get(item[1][0].get("severity"), 9),
+                                                                        _number(item[0]))))
     listed = f'<ul class="issue-list">{rows}</ul>' if rows else '<p class="none">No entry applied to this run.</p>'
     return (f'<h3 id="issue-entries">Known-issue entries met ({len(met)})</h3>{listed}'
             f'<h3 id="issue-unmatched">Entries that matched no case ({len(unmatched)})</h3>{_unmatched(unmatched)}')
+
+
+def _severity(entry: dict[str, str]) -> str:
+    """An entry's kind of finding as a tag ("" for an entry from before severities)."""
+    severity = entry.get("severity", "")
+    return f'<span class="severity sev-{escape(severity.replace(" ", "-"))}">{escape(severity)}</span> ' if \
+        severity else ""
 
 
 def _unmatched(unmatched: list[str]) -> str:

@@ -3,6 +3,10 @@
 The file is TOML, one `[[issue]]` table per entry: its `title` (a few words a view names it by), its `reason` (the
 traced cause in words), its `link` (where the cause is: the line of diffusers or torch, or the upstream issue) and,
 where diffusers has one, its `upstream` (the issue or pull request that discusses it, linked from the report).
+`severity` says what kind of finding it is, in the order a reviewer reads them: "silently wrong" (the default of a
+FAIL entry: wrong numbers or parallelism silently absent), "crash" (the default of an ERROR entry: an internal error
+where diffusers should run or refuse), "hang", or "refusal" (diffusers refusing, with its own message, what it does
+not support: its correct behaviour, so a case every entry of which is a refusal is REFUSED, not XFAIL).
 `match` is a glob (or a list) over case ids, and `diffusers` (a
 PEP 440 range such as ">=0.37,<0.40") limits the entry to the releases that have the issue. A glob matches a case's
 id with or without its mode (harness.core.modes): an issue of diffusers is the same compiled, and its evidence must
@@ -32,10 +36,12 @@ from packaging.version import Version
 from harness.core.errors import HarnessError
 from harness.core.evidence import Evidence
 from harness.core.modes import MODES, eager_id
+from harness.core.results import REFUSAL, SEVERITIES
 from harness.loads import LOADS, enable_id
 
 _KEYS = {"match", "title", "reason", "link", "upstream", "error_contains", "diffusers", "status", "evidence", "modes",
-         "loads"}
+         "loads", "severity"}
+
 _EXCUSE_KEYS = {"subjects", "band", "contains"}
 
 
@@ -75,6 +81,7 @@ class KnownIssue:
     key: str = ""  # where the entry is ("known_issues.toml #3"), to name it in results and warnings
     title: str = ""  # a few words that name it; empty: the first clause of its reason
     upstream: str = ""  # the upstream issue or pull request about it, where there is one
+    severity: str = ""  # one of SEVERITIES; "": its status's default (`finding`)
 
     def applies(self, case_id: str, version: str | None = None) -> bool:
         """Whether the entry is about this case: its id (one glob or a list) and, if it names a range, the installed
@@ -109,8 +116,19 @@ class KnownIssue:
             version = installed_version()
         return SpecifierSet(self.diffusers).contains(Version(version), prereleases=True)
 
+    @property
+    def finding(self) -> str:
+        """What kind of finding it is (SEVERITIES): as the entry says, else silently wrong for a FAIL entry and a
+        crash for an ERROR entry."""
+        return self.severity or ("silently wrong" if self.status == "FAIL" else "crash")
+
+    @property
+    def is_refusal(self) -> bool:
+        return self.finding == REFUSAL
+
     def describe(self) -> str:
-        return f"known issue: {self.reason}" + (f" ({self.link})" if self.link else "")
+        head = "expected refusal" if self.is_refusal else "known issue"
+        return f"{head}: {self.reason}" + (f" ({self.link})" if self.link else "")
 
     @property
     def heading(self) -> str:
@@ -125,7 +143,7 @@ class KnownIssue:
 
     def reference(self) -> dict[str, str]:
         """What a result keeps of the entry (CaseResult.known_issues): where it is, its name, its traced cause."""
-        found = {"key": self.key, "title": self.heading, "link": self.link}
+        found = {"key": self.key, "title": self.heading, "link": self.link, "severity": self.finding}
         return {**found, "upstream": self.upstream} if self.upstream else found
 
     def band(self, item: Evidence) -> tuple[float, float] | None:
@@ -167,7 +185,7 @@ def _issue(path: Path, index: int, entry: dict) -> KnownIssue:
         raise HarnessError(f"{where}: 'loads' must be a list of loads, e.g. [\"pretrained\"]; valid loads: "
                            f"{', '.join(LOADS)}")
     fields["loads"] = tuple(loads)
-    for key in ("title", "reason", "link", "upstream", "diffusers", "status"):
+    for key in ("title", "reason", "link", "upstream", "diffusers", "status", "severity"):
         if not isinstance(fields.get(key, ""), str):
             raise HarnessError(f"{where}: '{key}' must be a string")
     if not str(fields.get("upstream", "https://")).startswith("https://"):
@@ -187,6 +205,12 @@ def _issue(path: Path, index: int, entry: dict) -> KnownIssue:
         fields["evidence"] = _excuses(where, fields.get("evidence"))
     else:
         raise HarnessError(f"{where}: 'status' must be FAIL or ERROR")
+    severity = fields.get("severity") or ("silently wrong" if status == "FAIL" else "crash")
+    if severity not in SEVERITIES:
+        raise HarnessError(f"{where}: 'severity' must be one of {', '.join(repr(s) for s in SEVERITIES)}")
+    if severity == REFUSAL and status != "ERROR":
+        raise HarnessError(f"{where}: a refusal is an error diffusers raises with its own message: status = "
+                           "\"ERROR\" with its text in 'error_contains'")
     if fields.get("diffusers"):
         try:
             SpecifierSet(fields["diffusers"])

@@ -222,14 +222,20 @@ def _counts(counts: dict[str, int]) -> str:
     return " ".join(f"{name}:{count}" for name, count in sorted(counts.items()))
 
 
+REFUSED_BY = "refused"  # the key an error item of a REFUSED case carries: the refusal that expected it
+
+
 def apply_expected_refusal(result: CaseResult, refusal) -> CaseResult:
-    """A case the plan expected diffusers to refuse: the refusal seen is XFAIL; anything else is judged as it is
-    (a backend that runs where diffusers should refuse is exactly what must not pass unseen)."""
+    """A case the plan expected diffusers to refuse: the refusal seen is REFUSED (diffusers' correct behaviour, its
+    error item marked with the refusal that expected it); anything else is judged as it is (a backend that runs
+    where diffusers should refuse is exactly what must not pass unseen)."""
     if refusal is None:
         return result
     if result.status is Status.ERROR and refusal.seen_in(result.reason):
         result.extra["observed"] = f"{result.status.value}: {result.reason}"
-        result.status, result.reason = Status.XFAIL, f"expected refusal: {refusal.reason}; observed {result.reason}"
+        result.evidence = [{**item, REFUSED_BY: refusal.reason} if item.get("check") == "error" else item
+                           for item in result.evidence]
+        result.status, result.reason = Status.REFUSED, f"expected refusal: {refusal.reason}; observed {result.reason}"
     elif result.status is Status.PASS:
         result.reason = f"diffusers ran it although a refusal was expected ({refusal.reason}); judged as usual"
     return result
@@ -237,7 +243,7 @@ def apply_expected_refusal(result: CaseResult, refusal) -> CaseResult:
 
 def apply_known_issues(result: CaseResult, issues: list[KnownIssue]) -> CaseResult:
     """A FAIL/ERROR becomes XFAIL only when every failed check is excused by an entry that names it (its check, its
-    subject, its figure band, its text); what is left over keeps the case FAIL/ERROR, said first, with the excused
+    subject, its figure band, its text), REFUSED when each of those entries is a refusal; what is left over keeps the case FAIL/ERROR, said first, with the excused
     items after ("also known: ..."). A proof failure (a wrong backend or kernel ran, an exchange missing) is never
     excused: the numbers behind it are not the case's own. A listed case that passes is XPASS. A negative control
     answers to the entries of the case it injects its fault into: the fault's own evidence is what must be left."""
@@ -264,9 +270,9 @@ def apply_known_issues(result: CaseResult, issues: list[KnownIssue]) -> CaseResu
                        for index, item in enumerate(result.evidence)]
     left = [item for index, item in enumerate(items) if index not in excused]
     observed = f"{result.status.value}: {result.reason}"
-    if not left:
+    if not left:  # every entry a refusal: diffusers refused as expected; else a known bug
         result.extra["observed"] = observed
-        result.status = Status.XFAIL
+        result.status = Status.REFUSED if all(issue.is_refusal for issue in used) else Status.XFAIL
         result.reason = f"{'; '.join(issue.describe() for issue in used)}; observed {result.reason}"
         return result
     result.extra["observed"] = observed

@@ -1,5 +1,5 @@
 """What `harness ab` calls a regression beyond `report --compare`'s (a case that newly fails): a case that passed on
-the base and is XFAIL on the head. The head's known-issue list (or a refusal it expects) excuses there the very change
+the base and is XFAIL (or REFUSED) on the head. The head's known-issue list (or a refusal it expects) excuses there the very change
 ab exists to catch, so it counts all the same, named with what excuses it, unless `--accept-known` accepts it: then it
 is still listed, as accepted, and the exit code does not count it."""
 
@@ -12,6 +12,7 @@ from harness.core.results import CaseResult, Status
 from harness.report.compare import Comparison
 
 PASSED = (Status.PASS.value, Status.XPASS.value)  # XPASS: a listed case that passed all the same
+EXCUSED = (Status.XFAIL.value, Status.REFUSED.value)  # a known bug, or a refusal the head expects
 
 
 @dataclass
@@ -47,10 +48,11 @@ class AbComparison(Comparison):
 
 
 def with_known(comparison: Comparison, head: list[CaseResult], accepted: bool) -> AbComparison:
-    """`comparison` with its changes from a passing base case to an XFAIL head case as known regressions."""
+    """`comparison` with its changes from a passing base case to an XFAIL or REFUSED head case as known
+    regressions."""
     by_id = {case.case_id: case for case in head}
     known = [{**change, "excuse": excuse(by_id[change["case_id"]])} for change in comparison.changed
-             if change["old"] in PASSED and change["new"] == Status.XFAIL.value]
+             if change["old"] in PASSED and change["new"] in EXCUSED]
     return AbComparison(**vars(comparison), known=known, accepted=accepted)
 
 

@@ -127,3 +127,19 @@ def test_the_page_matrix_cells_read_the_deciding_check_in_a_browser(tmp_path):
     cells = dict(got["extra"])
     assert cells == {"#case-flux/ulysses2/native/bf16/tensor": "vs 1-dev 0.38x",
                      "#case-flux/tp2/native/fp32/train": "worst grad 9720x"}
+
+
+def test_a_check_held_to_exactly_its_limit_says_so_instead_of_an_infinite_share():
+    """Ranks that must agree exactly (limit 0) have no allowance to share: the cell writes the value against 0 and the
+    text says any difference fails, never `infx`; a check with an allowance (the control) writes its share."""
+    exact = figures.deciding([], [{"check": "ranks_disagree", "text": "t", "subject": "loss", "value": 0.0037,
+                                   "limit": 0.0}])
+    assert exact["margin"] == math.inf and figures.decided_cell(exact) == "ranks disagree 0.0037 > 0"
+    assert exact["text"] == "ranks disagree [loss] 0.0037 > 0 (exact: any difference from 0 fails)"
+    assert "inf" not in figures.decided_cell(exact) + exact["text"]
+    agreed = figures.deciding([], [{"check": "ranks_disagree", "text": "t", "value": 0.0, "limit": 0.0}])
+    assert figures.decided_cell(agreed) == "ranks disagree 0.00x"
+    allowed = figures.deciding([], [{"check": "grad_rel", "text": "t", "value": 0.5, "limit": 1e-4}])
+    assert figures.decided_cell(allowed) == "grad rel 5000x"
+    old = {key: value for key, value in exact.items() if key != "ideal"}  # a file from before `ideal` was kept
+    assert figures.decided_cell({**old, "margin": "inf"}) == "ranks disagree 0.0037 > 0"

@@ -98,7 +98,7 @@ def test_a_negative_control_answers_to_the_entries_of_its_case():
 def test_a_listed_case_that_passes_is_xpass():
     result = apply_known_issues(_result([]), [NORMS])
     assert result.status is Status.XPASS and "no longer reproduces" in result.reason
-    assert result.known_issues == [{"key": "test #1", "title": "per-head norms", "link": ""}]
+    assert result.known_issues == [{"key": "test #1", "title": "per-head norms", "link": "", "severity": "silently wrong"}]
 
 
 LINKED = KnownIssue("*/tp*/*/*/train", "per-head norms act on sharded heads: nothing sums their gradients",
@@ -114,7 +114,7 @@ def test_an_xfail_carries_its_entry_title_link_and_the_band_each_figure_sat_in()
     result = apply_known_issues(_result(items), [LINKED])
     assert result.status is Status.XFAIL
     assert result.known_issues == [{"key": "test #3", "title": "tensor parallelism: wrong QK-norm gradients",
-                                    "link": "https://example.org/tensor_parallel.py#L12"}]
+                                    "link": "https://example.org/tensor_parallel.py#L12", "severity": "silently wrong"}]
     assert [(item["known"], item.get("band")) for item in result.evidence] == [("test #3", [0.5, 1.0]),
                                                                                 ("test #3", None)]
     assert CaseResult.from_dict(result.to_dict()).known_issue("test #3")["title"].startswith("tensor parallelism")
@@ -125,7 +125,7 @@ def test_an_entry_without_a_title_is_named_by_its_reason_first_clause():
     an excused error carries no band."""
     entry = KnownIssue("*", "no mask here: a long story; and more", error_contains="mask", key="test #4")
     result = apply_known_issues(_result([_error("ValueError: mask")]), [entry])
-    assert result.known_issues == [{"key": "test #4", "title": "no mask here", "link": ""}]
+    assert result.known_issues == [{"key": "test #4", "title": "no mask here", "link": "", "severity": "crash"}]
     assert result.evidence == [{"check": "error", "text": "ValueError: mask", "known": "test #4"}]
     assert entry.short == "no mask here [test #4]" and LINKED.short.startswith("tensor parallelism: wrong")
 
@@ -162,9 +162,28 @@ def test_an_entry_carries_its_upstream_thread_to_its_results(tmp_path):
     assert threaded.reference()["upstream"] == url and "upstream" not in plain.reference()
 
 
+def test_a_refusal_entry_makes_its_cases_refused_and_a_crash_beside_it_keeps_them_xfail(tmp_path):
+    """An entry's `severity` says what kind of finding it is (a FAIL entry silently wrong, an ERROR entry a crash
+    unless it says): a case every excusing entry of which is a refusal is REFUSED, its reason an expected refusal; the
+    same error excused by a crash entry as well is XFAIL, the worse kind (the control)."""
+    path = tmp_path / "known.toml"
+    path.write_text('[[issue]]\nmatch = "*"\nreason = "no lse"\nerror_contains = "lse"\nseverity = "refusal"\n\n'
+                    '[[issue]]\nmatch = "*"\nreason = "boom"\nerror_contains = "boom"\n\n'
+                    '[[issue]]\nmatch = "*"\nreason = "norms"\n[issue.evidence.loss_rel]\nband = [0, 1]\n')
+    refusal, crash, wrong = load_known_issues(path)
+    assert (refusal.finding, crash.finding, wrong.finding) == ("refusal", "crash", "silently wrong")
+    refused = apply_known_issues(_result([_error("ValueError: no lse")]), [refusal, crash])
+    assert refused.status is Status.REFUSED and refused.reason.startswith("expected refusal: no lse")
+    assert refused.severity == "refusal" and refused.known_issues[0]["severity"] == "refusal"
+    both = apply_known_issues(_result([_error("ValueError: no lse"), _error("RuntimeError: boom")]), [refusal, crash])
+    assert both.status is Status.XFAIL and both.severity == "crash" and both.reason.startswith("expected refusal")
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
+        ('error_contains = "x"\nseverity = "bad"', "'severity' must be one of 'silently wrong', 'crash', 'hang'"),
+        ('severity = "refusal"\n[issue.evidence.loss_rel]\nband = [0, 1]', "a refusal is an error diffusers raises"),
         ('error_contains = "x"\ndiffusers = "0.38 or later"', r"'diffusers' = '0.38 or later' is not a version range"),
         ("error_contains = 3", "'error_contains' must be a string or a list of strings, not int"),
         ("error_contains = []", "'error_contains' must be a string or a non-empty list"),

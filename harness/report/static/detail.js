@@ -5,11 +5,22 @@
   "use strict";
   var R = window.HarnessReport, esc = R.esc;
   var BLOCKS = {histogram: R.histogram, series: R.series, table: tableBlock, images: imagesBlock};
+  var DECIDED = ' <span class="decided-mark" title="the check that decided this case">\u25c0 decided</span>';
+  // Each column's header says what it holds (its title), for the columns whose word alone does not.
+  var FIGURE_HEADS = [["figure", "what the case's kind measured"], ["value", "the measured value"],
+    ["limit", "what the check allows (none: the figure is there to read)"],
+    ["share of its allowance", "how much of its allowance the check used: 0 at the ideal, 1\u00d7 at the limit"]];
+  var EVIDENCE_HEADS = [["check", "the check that failed"], ["subject", "what it failed on: a parameter, a " +
+    "module and its collective, a rank (\u2014: the case as a whole)"], ["figure", "the measured value"],
+    ["limit", "what the check allows (0: must be exact)"], ["known band", "the band the known issue measured " +
+    "for this figure: outside it, it is not that issue"], ["excused by", "the known issue or expected refusal " +
+    "that excuses this check (empty: nothing does)"]];
 
   R.detail = function (c, D) {
     var x = R.extraOf(c);
     return '<button type="button" class="close" data-close title="remove this case from the opened cases">close' +
-      "</button>" + whereHTML(c, D) + reasonHTML(c) + knownHTML(c) + reproHTML(x) + evidenceHTML(c) + figuresHTML(c) +
+      "</button>" + whereHTML(c, D) + decidedHTML(c) + reasonHTML(c) + knownHTML(c) + reproHTML(x) +
+      evidenceHTML(c) + figuresHTML(c) +
       blocksHTML(x) +
       (x.images ? imagesBlock({title: "Images", images: x.images}) : "") + localizationHTML(c, x) + commsHTML(x) +
       factsHTML(c, x) + (x.traceback ? '<h4>Traceback</h4><pre class="traceback">' + esc(x.traceback) + "</pre>" : "") +
@@ -19,6 +30,17 @@
     var parts = D.axes.map(function (a) { return a.name + " " + c[a.name]; });
     return '<p class="where muted">' + esc(parts.join(" \u00b7 ") + " \u00b7 world size " + c.world_size) + "</p>";
   }
+  // The check that decided the case (harness.core.figures.deciding), first: which check, its value against its
+  // limit, the share of its allowance it used and how the limit was derived, all in its text.
+  function decidedHTML(c) {
+    var d = c.deciding;
+    if (!d || !d.text) { return ""; }
+    return '<p class="decided"><b>Decided by</b> ' + esc(d.text) + "</p>";
+  }
+  R.decidedRow = function (c, name, subject) {  // whether a figure or failed-check row is the deciding check's
+    var d = c.deciding;
+    return !!d && d.name === name && (!subject || !d.subject || d.subject === subject);
+  };
   function reasonHTML(c) {
     return c.reason ? '<h4>Reason</h4><pre class="reason">' + R.linked(c.reason) + "</pre>" : "";
   }
@@ -38,7 +60,9 @@
   function knownHTML(c) {  // the known_issues.toml entries that excused the case (or list it, for an XPASS)
     if (!c.known.length) { return ""; }
     var items = c.known.map(function (k) {
-      return '<li class="known-entry"><span class="known-title">' + esc(k.title || k.key) + "</span> " +
+      return '<li class="known-entry">' + (k.severity ? '<span class="severity sev-' +
+        esc(k.severity.replace(/ /g, "-")) + '">' + esc(k.severity) + "</span> " : "") +
+        '<span class="known-title">' + esc(k.title || k.key) + "</span> " +
         R.causeLink(k.link) + " " + R.causeLink(k.upstream, "upstream") + " " + keyLink(k) + "</li>";
     });
     return "<h4>Known issue" + (items.length > 1 ? "s" : "") + '</h4><ul class="known">' + items.join("") + "</ul>";
@@ -53,36 +77,48 @@
     return typeof x.repro === "string" ? '<p class="repro">Reproduce it alone, for an upstream report: <code>' +
       esc(x.repro) + "</code> writes a script with torch and diffusers only</p>" : "";
   }
-  function table(cls, heads, rows) {
+  function table(cls, heads, rows) {  // a head is its word, or [word, what its column holds]
     return '<table class="grid ' + cls + '"><thead><tr>' + heads.map(function (h) {
-      return '<th scope="col">' + esc(h) + "</th>";
+      return Array.isArray(h) ? '<th scope="col" title="' + esc(h[1]) + '">' + esc(h[0]) + "</th>" :
+        '<th scope="col">' + esc(h) + "</th>";
     }).join("") + "</tr></thead><tbody>" + rows.join("") + "</tbody></table>";
   }
   function evidenceHTML(c) {
     if (!c.evidence.length) { return ""; }
+    var marked = c.figures.some(function (f) { return R.decidedRow(c, f.name); });
     var rows = c.evidence.map(function (e) {
       if (e.more) {
         return '<tr class="more"><td><code>' + esc(e.check) + '</code></td><td colspan="5" class="muted">and ' +
           e.more + " more (every one in results.json)</td></tr>";
       }
-      return '<tr data-check="' + esc(e.check) + '"><td><code>' + esc(e.check) + "</code></td><td>" +
+      var decided = !marked && R.decidedRow(c, e.check, e.subject);
+      marked = marked || decided;
+      return '<tr data-check="' + esc(e.check) + '"' + (decided ? ' class="deciding"' : "") + "><td><code>" +
+        esc(e.check) + "</code>" + (decided ? DECIDED : "") + "</td><td>" +
         (e.subject ? "<code>" + esc(e.subject) + "</code>" : R.DASH) + '</td><td class="n">' + esc(e.value || R.DASH) +
         '</td><td class="n">' + esc(e.limit || R.DASH) + '</td><td class="n band">' + esc(e.band || "") +
         "</td><td>" + excusedHTML(c, e) + "</td></tr>";
     });
     var total = c.evidence.reduce(function (n, e) { return n + (e.more || 1); }, 0);
-    return "<h4>Failed checks (" + total + ")</h4>" + table("evidence", ["check", "subject", "figure", "limit",
-      "known band", "excused by known issue"], rows);
+    return "<h4>Failed checks (" + total + ")</h4>" + table("evidence", EVIDENCE_HEADS, rows) +
+      '<p class="muted table-note">Every check that failed, worst first within a check; a known issue excuses a ' +
+      "check only on the subjects it names and with its figure inside the band it measured.</p>";
   }
   function figuresHTML(c) {
     if (!c.figures.length) { return ""; }
+    var decided = c.figures.some(function (f) { return R.decidedRow(c, f.name); });
     var rows = c.figures.map(function (f) {
-      return '<tr data-figure="' + esc(f.name) + '"' + (f.key ? ' class="key"' : "") + "><td>" + esc(f.label) +
-        "</td><td" + (R.num(f.value) === null ? "" : ' class="n"') + ">" + esc(f.value || R.DASH) +
-        '</td><td class="n">' + esc(f.limit || "") +
-        '</td><td class="n">' + esc(f.ratio || "") + "</td></tr>";
+      var mark = decided ? R.decidedRow(c, f.name) : f.key;  // bold: the deciding check, else the cell's figure
+      return '<tr data-figure="' + esc(f.name) + '"' + (mark ? ' class="key' + (decided ? " deciding" : "") + '"' :
+        "") + "><td>" + esc(f.label) + (decided && mark ? DECIDED : "") + "</td><td" +
+        (R.num(f.value) === null ? "" : ' class="n"') + ">" + esc(f.value || R.DASH) +
+        '</td><td class="n">' + esc(f.limit || "") + '</td><td class="n">' + esc(f.ratio || "") + "</td></tr>";
     });
-    return "<h4>Figures</h4>" + table("figures", ["figure", "value", "limit", "share of limit"], rows);
+    return "<h4>Figures</h4>" + table("figures", FIGURE_HEADS, rows) + '<p class="muted table-note">' +
+      "share of its allowance: 0 at the ideal value (0 for an error; 1 for SSIM and for a ratio to one device's own " +
+      "error, so a ratio of 1.10 against a limit of 1.25 has used 0.40\u00d7), 1\u00d7 at the limit, above 1\u00d7 " +
+      "past it; PSNR by the errors its decibels stand for. A figure without a limit is there to read, not a check." +
+      "</p>";
   }
   function blocksHTML(x) {
     return (Array.isArray(x.blocks) ? x.blocks : []).map(function (block) {

@@ -56,8 +56,9 @@
       }).join("");
     }
     function combo(c, keys) { return keys.map(function (k) { return c[k]; }).join(SEP); }
-    function cellHTML(c) {
-      var tip = c.reason || c.case_id + ": " + c.status;
+    function cellHTML(c) {  // its title leads with the check that decided it (its share and its limit's derivation)
+      var d = c.deciding, tip = (d && d.text ? "decided by " + d.text + "\n" : "") + c.case_id + ": " + c.status +
+        (c.reason ? "\n" + c.reason : "");
       return '<a class="cell-case s-' + esc(c.status) + '" href="#' + esc(c.anchor) + '" data-i="' + c.i + '" title="' +
         esc(tip) + '"><b>' + esc(c.status) + '</b><span class="num">' + (esc(c.cell) || "&nbsp;") + "</span></a>";
     }
