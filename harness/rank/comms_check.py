@@ -144,10 +144,26 @@ def inclusive(recorded: dict[str, dict[str, list[int]]], module: str, collective
                if name == module or (name.startswith(prefix) and not name.startswith("(")))
 
 
-def comms_mismatch(expected: list[dict], recorded: dict | None, shown: int = 3) -> str | None:
-    """Why the recorded collectives do not prove the layout's communication; None when every minimum is met."""
+@dataclass(frozen=True)
+class Shortfall:
+    """A module that ran fewer of a collective than its layout predicts: `got` of `at_least`, and why."""
+
+    module: str
+    collective: str
+    got: int
+    at_least: int
+    why: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.module or '(model)'}: {self.got} {self.collective}, expected >= {self.at_least} ({self.why})"
+
+
+def shortfalls(expected: list[dict], recorded: dict | None) -> tuple[list[Shortfall], int]:
+    """Each predicted exchange the recorded collectives fall short of, in the prediction's order, and how many
+    (module, collective) minimums were predicted; nothing when there is no recording or no prediction."""
     if recorded is None or not expected:
-        return None
+        return [], 0
     needed: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for item in expected:
         needed[item["module"], item["collective"]].append(item)
@@ -155,12 +171,20 @@ def comms_mismatch(expected: list[dict], recorded: dict | None, shown: int = 3) 
     for (module, collective), items in needed.items():
         at_least, got = sum(item["at_least"] for item in items), inclusive(recorded, module, collective)
         if got < at_least:
-            why = " + ".join(item["why"] for item in items)
-            short.append(f"{module or '(model)'}: {got} {collective}, expected >= {at_least} ({why})")
+            short.append(Shortfall(module, collective, got, at_least, " + ".join(item["why"] for item in items)))
+    return short, len(needed)
+
+
+def comms_mismatch(expected: list[dict], recorded: dict | None, shown: int = 3) -> str | None:
+    """Why the recorded collectives do not prove the layout's communication; None when every minimum is met."""
+    short, predicted = shortfalls(expected, recorded)
     if not short:
         return None
     more = f"; and {len(short) - shown} more" if len(short) > shown else ""
-    return f"communication: {len(short)} of {len(needed)} predicted exchanges missing: {'; '.join(short[:shown])}{more}"
+    return (f"{MISSING.format(len(short), predicted)}{'; '.join(item.text for item in short[:shown])}{more}")
+
+
+MISSING = "communication: {} of {} predicted exchanges missing: "  # how a communication proof's failure begins
 
 
 # --- views: the matrix column and the case detail -------------------------------------------------------------------

@@ -18,7 +18,11 @@ layout; `loads` (a list) limits the entry to those loads (a loader's own bug). W
   errors between releases), must appear in the error;
 - a **wrong result** (`status = "FAIL"`): one table per check it excuses, `[issue.evidence.<check>]`, with the
   measured `band = [low, high]` the check's figure must lie in, the `subjects` (globs over the parameters, modules
-  or ranks the check failed on; required for the checks that name one) and optionally a text it `contains`.
+  or ranks the check failed on; required for the checks that name one) and optionally a text it `contains`;
+- a **failed proof** of what communicated (`[issue.evidence."proof.comms"]`, one failed check per missing exchange,
+  its subject `<module>: <collective>`), only named exactly: its `subjects`, the counts seen (`band`, e.g. [0, 0])
+  and the counts predicted (`limit`, e.g. [4, 4] all-to-alls of one Ulysses attention call). A proof without counts
+  (a wrong backend, kernel or function ran) is never excused.
 
 A case is XFAIL only when every failed check is excused; any other failed check keeps it FAIL (harness.run.verdict).
 """
@@ -42,17 +46,27 @@ from harness.loads import LOADS, enable_id
 _KEYS = {"match", "title", "reason", "link", "upstream", "error_contains", "diffusers", "status", "evidence", "modes",
          "loads", "severity"}
 
-_EXCUSE_KEYS = {"subjects", "band", "contains"}
+_EXCUSE_KEYS = {"subjects", "band", "contains", "limit"}
+# The proof checks an entry may name, each a count seen against a count predicted (harness.run.verdict): excused only
+# where the entry names them exactly, its subjects, the counts seen (`band`) and those predicted (`limit`)
+PROOFS = {"proof.comms": "modules and their collective (`transformer_blocks.*.attn: all_to_all`)"}
 
 
 @dataclass(frozen=True)
 class Excuse:
     """What one check may show and still be the known issue: its subjects (globs; empty: the case as a whole), the
-    band its figure lies in, a text its sentence contains."""
+    band its figure lies in, a text its sentence contains, and the band its limit lies in (a proof's predicted
+    count)."""
 
     subjects: tuple[str, ...] = ()
     band: tuple[float, float] | None = None
     contains: str = ""
+    limit: tuple[float, float] | None = None
+
+    @property
+    def names_a_proof(self) -> bool:
+        """Whether it names a failed proof exactly: its subjects, the counts seen and the counts predicted."""
+        return bool(self.subjects) and self.band is not None and self.limit is not None
 
     def covers(self, item: Evidence) -> bool:
         if self.subjects:
@@ -63,6 +77,10 @@ class Excuse:
         if self.band is not None:
             low, high = self.band
             if item.value is None or not low <= item.value <= high:
+                return False
+        if self.limit is not None:
+            low, high = self.limit
+            if item.limit is None or not low <= item.limit <= high:
                 return False
         return self.contains in item.text
 
@@ -97,9 +115,12 @@ class KnownIssue:
         return self.covers(version)
 
     def excuses(self, item: Evidence) -> bool:
-        """Whether one failed check of a case the entry applies to is this known issue. A proof failure never is."""
+        """Whether one failed check of a case the entry applies to is this known issue. A proof failure only where
+        the entry names it exactly (PROOFS: its subjects, the counts seen and predicted); never one without counts
+        (a wrong backend, kernel or function ran)."""
         if item.is_proof:
-            return False
+            excuse = self.evidence.get(item.check) if self.status == "FAIL" else None
+            return excuse is not None and excuse.names_a_proof and excuse.covers(item)
         if item.is_error:
             texts = (self.error_contains,) if isinstance(self.error_contains, str) else self.error_contains
             return self.status == "ERROR" and any(text in item.text for text in texts if text)
@@ -238,7 +259,9 @@ def _excuses(where: str, tables) -> dict[str, Excuse]:
     if not isinstance(tables, dict) or not tables:
         raise HarnessError(f"{where}: a FAIL entry needs at least one [issue.evidence.<check>] table naming the "
                            "check it excuses, its measured band and its subjects")
-    checks = known_checks()
+    from harness.kinds.base import Check
+
+    checks = {**known_checks(), **{name: Check(subjects) for name, subjects in PROOFS.items()}}
     excuses = {}
     for check, table in tables.items():
         at = f"{where} [issue.evidence.{check}]"
@@ -260,5 +283,17 @@ def _excuses(where: str, tables) -> dict[str, Excuse]:
             raise HarnessError(f"{at}: 'subjects' must be a list of globs")
         if not isinstance(table.get("contains", ""), str):
             raise HarnessError(f"{at}: 'contains' must be a string")
-        excuses[check] = Excuse(tuple(subjects), band, table.get("contains", ""))
+        limit = _limit(at, check, table.get("limit"))
+        excuses[check] = Excuse(tuple(subjects), band, table.get("contains", ""), limit)
     return excuses
+
+
+def _limit(at: str, check: str, limit) -> tuple[float, float] | None:
+    """A check's `limit` band: required for a proof (the counts predicted, as `band` holds the counts seen)."""
+    if limit is None and check not in PROOFS:
+        return None
+    if not (isinstance(limit, list) and len(limit) == 2 and all(isinstance(v, int | float) for v in limit)
+            and limit[0] <= limit[1]):
+        raise HarnessError(f"{at} needs 'limit': the [low, high] of the limit it failed, for a proof the counts "
+                           "predicted (e.g. [4, 4] all-to-alls), beside 'band', the counts seen (e.g. [0, 0])")
+    return float(limit[0]), float(limit[1])

@@ -142,6 +142,10 @@ CONTROLS = [
     # (the per-head norm weights) must come out FAIL, naming what the known issue does not.
     Control("flux", "tp2", "native", "fp32", "tp_colwise_input_grad", "x_embedder", "train", Status.XFAIL),
     Control("qwenimage", "tp2", "native", "fp32", "tp_colwise_input_grad", "img_in", "train", Status.XFAIL),
+    # A failed proof is excused only as its entry names it (processor_after: 0 exchanges at the attention modules): a
+    # proof failure it does not name, beside the one it does, keeps the case FAIL
+    Control("flux", "ulysses2", "native", "fp32", "redirect_dispatch", "requested native, dispatched _native_math",
+            clean=Status.XFAIL, flow="processor_after"),
     # Low-precision limits come from measured noise: a 10% error in one layer's gradients, in bf16, in every layout.
     *(Control("flux", layout, backend, "bf16", f"grad_scale:{_QUERY}", f"gradient of {_QUERY}.", "train", clean)
       for layout, backend, clean in (("ulysses2", "native", Status.PASS), ("ring2", "_native_flash", Status.PASS),

@@ -76,7 +76,9 @@ def settle(result: CaseResult, items: list[Evidence]) -> CaseResult:
     that decided it (every view's cell)."""
     result.status, result.reason = status_of(items), evidence.reason(items)
     result.evidence = [item.to_dict() for item in items]
-    result.deciding = figures.deciding(result.figures, result.evidence)
+    # not a failed proof: its count is held from below, and its failure is what it is whatever the numbers say
+    result.deciding = figures.deciding(result.figures, [item for item in result.evidence if not item["check"]
+                                                        .startswith(evidence.PROOF)])
     return result
 
 
@@ -117,14 +119,22 @@ def _proof_failures(case, record) -> list[Evidence]:
     mismatch = function_mismatch(backend, record.expected_function, record.functions)
     if mismatch is not None:
         found.append(Evidence("proof.function", mismatch, backend))
-    mismatch = comms_check.comms_mismatch(record.comms_expected, record.comms)
-    if mismatch is not None:
-        found.append(Evidence("proof.comms", mismatch))
-    elif record.compiled is not None and record.comms is not None and not record.comms_expected and (
+    missing = _comms_failures(record)
+    if not missing and record.compiled is not None and record.comms is not None and not record.comms_expected and (
             layout.is_context_parallel or layout.is_torch_context_parallel or layout.tp > 1):
-        found.append(Evidence("proof.comms", "communication: under compile the graphs named none of the modules the "
-                                             "layout predicts exchanges for, so nothing proves them"))
-    return found
+        missing = [Evidence(PROOF_COMMS, "communication: under compile the graphs named none of the modules the "
+                                         "layout predicts exchanges for, so nothing proves them")]
+    return found + missing
+
+
+def _comms_failures(record) -> list[Evidence]:
+    """One failed check per predicted exchange that did not happen, named `<module>: <collective>` with the count
+    seen against the count predicted: what a known issue must name exactly to excuse it (harness.run.known_issues);
+    the first says how many of the predicted exchanges are missing, so the reason reads as one sentence."""
+    short, predicted = comms_check.shortfalls(record.comms_expected, record.comms)
+    return [Evidence(PROOF_COMMS, (comms_check.MISSING.format(len(short), predicted) if n == 0 else "") + item.text,
+                     f"{item.module or '(model)'}: {item.collective}", item.got, item.at_least)
+            for n, item in enumerate(short)]
 
 
 def _load_failures(result: CaseResult, record) -> list[Evidence]:
@@ -222,6 +232,7 @@ def _counts(counts: dict[str, int]) -> str:
     return " ".join(f"{name}:{count}" for name, count in sorted(counts.items()))
 
 
+PROOF_COMMS = "proof.comms"  # the communication proof's check: one item per missing exchange
 REFUSED_BY = "refused"  # the key an error item of a REFUSED case carries: the refusal that expected it
 
 

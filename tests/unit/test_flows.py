@@ -95,7 +95,9 @@ def test_the_quick_plan_has_a_flow_slice_of_flux_and_qwenimage():
     from harness.run.settings import preset
 
     quick = preset("quick")
-    assert "processor_after" not in quick["flows"]  # a finding the communication proof fails: --flows all runs it
+    # processor_after fails the communication proof, which its known issue names exactly (XFAIL); First Block Cache
+    # deadlocks under context parallelism (a TIMEOUT no entry excuses): --flows all runs it
+    assert "processor_after" in quick["flows"] and not {"cache_fbc", "cache_fbc_after"} & set(quick["flows"])
     assert {"lora_after", "add_adapter_after", "none"} <= set(quick["flows"])
     assert "flux/tp2/native/fp32/tensor" in quick["flow_cases"]
     assert "qwenimage/ring2/_native_flash/fp32/tensor" in quick["flow_cases"]

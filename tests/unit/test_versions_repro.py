@@ -119,10 +119,11 @@ def test_a_flow_case_carries_the_flows_own_code_and_no_harness(tmp_path, case_id
 
 @pytest.mark.slow
 def test_a_flow_script_prints_the_matrix_figure_of_a_finding(tmp_path):
-    """set_attn_processor after context parallelism (a FAIL of 0.42.1): the script makes the flow's calls and is
-    judged against one device making them, as the harness is."""
+    """set_attn_processor after context parallelism (a finding of 0.42.1, XFAIL by its known issue, which names the
+    failed proof exactly): the script makes the flow's calls and is judged against one device making them, as the
+    harness is, and fails as the case's unexcused verdict did."""
     row, printed = matrix_and_script(tmp_path, PROCESSOR_AFTER, 2)
     figure = figure_of(row, "max_abs_err")
-    assert row["status"] == "FAIL" and figure > 1e-3
+    assert row["status"] == "XFAIL" and row["reason"].split("; observed ")[1].startswith("FAIL") and figure > 1e-3
     assert f"ulysses2 (native, fp32) vs reference: max abs err {figure!r}" in printed
     assert printed.strip().splitlines()[-1].startswith(f"{PROCESSOR_AFTER}: FAIL (max abs err")
