@@ -134,6 +134,9 @@ class CaseRecord:
     # decided at every step; None: the case ran once
     steps: list[list[int] | None] | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
+    # The launcher's, not a rank's: the earlier attempt of this case that a rank's native death ended ({"error",
+    # "traceback": the dead rank's own stack}); the case then ran once more in a fresh group (harness.run.launch)
+    rank_death: dict[str, str] | None = None
 
     @property
     def failed(self) -> bool:

@@ -97,6 +97,10 @@ class CaseResult:
     # limit's derivation and `margin`); None where no check has a number, or in a file written before it
     deciding: dict[str, Any] | None = None
     flow: str = "none"  # what the user calls around enable_parallelism (harness.flows)
+    # A rank died of a native signal (SIGSEGV, SIGABRT, ...) in an earlier attempt: that attempt's {"error",
+    # "traceback"} (the dead rank's stack). The case ran once more in a fresh group; this result is the rerun's (a
+    # second death is its ERROR). None: no rank died.
+    rank_death: dict[str, str] | None = None
 
     def figure(self, name: str) -> Any:
         """The value of the figure `name` (None when the case has none)."""

@@ -54,6 +54,18 @@ def _abort_self():
     os.abort()  # SIGABRT, as glibc ends a process whose heap it finds corrupted
 
 
+def _abort_self_once():
+    """Abort the first time only in this run: the marker it leaves in the run's launches folder (the parent of the
+    launch folder whose group file is the rank's last argument, forked or under torchrun) spares the rerun."""
+    import sys
+    from pathlib import Path
+
+    marker = Path(sys.argv[-1]).resolve().parent.parent / "abort_rank1_once.done"
+    if not marker.exists():
+        marker.touch()
+        _abort_self()
+
+
 def _sigkill_agent():
     """Kill this node's torchrun (which started this rank), then wait, as a node whose agent died does no more
     work: the case cannot finish before the node's harness agent has seen it."""
@@ -82,6 +94,12 @@ def kill_rank1():
 @fault("reliability: rank 1 dies in native code (abort) in the middle of the case")
 def abort_rank1():
     return _on_rank1(_abort_self)
+
+
+@fault("reliability: rank 1 dies in native code (abort) in the middle of the case's first attempt only: its "
+       "rerun in a fresh group runs clean")
+def abort_rank1_once():
+    return _on_rank1(_abort_self_once)
 
 
 @fault("reliability, several nodes: the last rank of node 1 never reaches the collective (none elsewhere)")

@@ -22,7 +22,7 @@ from harness.run import procs, warm
 from harness.run.launchers import Capacity, Local, node_env
 from harness.run.nodes import SETTLE_S, NodeView, SharedRun
 from harness.run.procs import POLL_S
-from harness.run.stacks import death_stack, rank_stacks, stuck_where, waiting_on_lock
+from harness.run.stacks import FATAL, death_stack, rank_stacks, stuck_where, waiting_on_lock
 from harness.run.tail import LineTail
 
 # a rank's error, then no result from rank 0 and no CPU time used by any rank: the others are stuck in a collective
@@ -172,14 +172,25 @@ def run_group(cases: list[Case], group: GroupSpec, workdir: Path, case_timeout: 
               on_outcome: Callable[[Outcome], None], nodes: Nodes | None = None,
               echo: Callable[[str], None] | None = None) -> GroupStats:
     """Run every case of one world size, relaunching after a hang or crash until each has an outcome; `echo` hears
-    when a launch's ranks are up (imports, init and rendezvous take seconds, tens of them on a busy machine)."""
+    when a launch's ranks are up (imports, init and rendezvous take seconds, tens of them on a busy machine). A case
+    whose rank died of a native signal runs once more, first in the next launch (a fresh group); its outcome then
+    carries that death (`CaseRecord.rank_death`): a second death is its ERROR, as the first would have been."""
     remaining, stats = list(cases), GroupStats()
+    deaths: dict[str, CaseRecord] = {}  # case id -> the attempt a rank's native death ended
+
+    def deliver(outcome: Outcome) -> None:
+        first = deaths.get(outcome.case.case_id)
+        if first is not None:
+            outcome = Outcome(outcome.case, replace(outcome.record, rank_death={"error": first.error,
+                                                                                "traceback": first.traceback}))
+        on_outcome(outcome)
+
     while remaining:
         stats.launches += 1
         folder = workdir / f"ws{remaining[0].world_size}-{stats.launches}"
         folder.mkdir(parents=True, exist_ok=True)
         spec = replace(group, workdir=str(folder), cases=remaining)
-        launch = _Launch(spec, folder, case_timeout, on_outcome, nodes or Nodes(), echo)
+        launch = _Launch(spec, folder, case_timeout, deliver, nodes or Nodes(), echo, deaths)
         done = launch.run()
         stats.startup_s += launch.startup_s
         remaining = [case for case in remaining if case.case_id not in done]
@@ -190,8 +201,10 @@ class _Launch:
     """One torchrun launch over `cases`; stops at the first case it has to give up on."""
 
     def __init__(self, group: GroupSpec, folder: Path, case_timeout: float, on_outcome, nodes: Nodes | None = None,
-                 echo: Callable[[str], None] | None = None):
+                 echo: Callable[[str], None] | None = None, deaths: dict[str, CaseRecord] | None = None):
         cases = group.cases
+        self.deaths = {} if deaths is None else deaths  # the cases a native death ended once (run_group's)
+        self.held: set[str] = set()  # a case this launch's death ended for the first time: the next launch reruns it
         self.echo, self.up, self.nagged = echo, False, False
         self.by_id = {case.case_id: case for case in cases}
         self.folder, self.case_timeout, self.on_outcome = folder, case_timeout, on_outcome
@@ -305,10 +318,22 @@ class _Launch:
         for result in results:
             record = result.record
             if record.error and dead:  # rank 0's "connection closed" is a symptom: name the rank that died
-                record = replace(record, error=f"{self.watch.name(dead[0])} died during the case; rank 0 saw: "
-                                               f"{record.error}", error_rank=None)
-            self.done.add(record.case_id)
-            self.on_outcome(Outcome(self.by_id[record.case_id], record))
+                record = self._died(record.case_id, dead[0], f"; rank 0 saw: {record.error}")
+            self._give(Outcome(self.by_id[record.case_id], record))
+
+    def _give(self, outcome: Outcome) -> None:
+        """The case's outcome to the run; the first native death of a case (its rank's faulthandler wrote a fatal
+        signal's stack: SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL) is held back instead and said, and the case left
+        for the next launch, a fresh group, to run once more. A SIGKILL or an exit is no native death: not rerun."""
+        case_id, record = outcome.case.case_id, outcome.record
+        if record.traceback.startswith(FATAL) and case_id not in self.deaths:
+            self.deaths[case_id] = record
+            self.held.add(case_id)
+            if self.echo is not None:
+                self.echo(f"  {case_id}: {record.error}; running it once more in a fresh group")
+            return
+        self.done.add(case_id)
+        self.on_outcome(outcome)
 
     def _problem(self, process) -> Problem | None:
         watch = self.watch
@@ -338,11 +363,12 @@ class _Launch:
 
     def _blame(self, problem: Problem, returncode) -> None:
         """Give the case in flight its outcome; if the launch died before any case started, every case."""
-        current = self.watch.current if self.watch.current in self.by_id else None
-        victims = [current] if current else ([] if self.done else [cid for cid in self.by_id if cid not in self.done])
+        current = self.watch.current if self.watch.current in self.by_id and self.watch.current not in self.held \
+            else None
+        victims = [current] if current else ([] if self.done or self.held else
+                                             [cid for cid in self.by_id if cid not in self.done])
         for case_id in victims:
-            self.done.add(case_id)
-            self.on_outcome(self._outcome(case_id, problem, returncode))
+            self._give(self._outcome(case_id, problem, returncode))
 
     def _outcome(self, case_id: str, problem: Problem, returncode) -> Outcome:
         case, waited = self.by_id[case_id], time.monotonic() - self.watch.started_at
@@ -362,10 +388,7 @@ class _Launch:
                               traceback=fatal.traceback)
         if dead:  # the others' errors ("connection closed") are symptoms: name the rank that died, and where
             seen = f"; rank {error.rank} saw: {error.message}" if error and error.rank != dead[0] else ""
-            death = death_stack(self.folder, dead[0])
-            how = f": {death[0]}" if death else ""
-            return CaseRecord(case_id, error=f"{name(dead[0])} died during the case (pid {self.watch.pids[dead[0]]})"
-                                             f"{how}{seen}", traceback=death[1] if death else _last_log_lines(self.log))
+            return self._died(case_id, dead[0], seen)
         if error is not None:
             return CaseRecord(case_id, error=error.message, error_rank=error.rank, traceback=error.traceback)
         where, stacks = stuck_where(self.stacks, name), "\n".join(f"--- {name(rank)} ---\n{text}"
@@ -382,6 +405,14 @@ class _Launch:
                  "running there, with the same --report-dir on a shared filesystem?)" if missing else ""
         return CaseRecord(case_id, error=f"worker group ({problem}, exit code {returncode}) before reporting"
                                          f"{joined}: {_last_log_lines(self.log)}")
+
+    def _died(self, case_id: str, rank: int, seen: str) -> CaseRecord:
+        """The case's ERROR for a rank that died: which, its pid, where (the stack its faulthandler wrote as a fatal
+        signal ended it, its traceback; else the launch log's last lines), and what another rank saw (`seen`)."""
+        death = death_stack(self.folder, rank)
+        how = f": {death[0]}" if death else ""
+        return CaseRecord(case_id, error=f"{self.watch.name(rank)} died during the case (pid {self.watch.pids[rank]})"
+                                         f"{how}{seen}", traceback=death[1] if death else _last_log_lines(self.log))
 
     def _node_lost(self, problem: Problem) -> tuple[str, int]:
         """A whole node failed: its torchrun agent died while its ranks ran, or its harness agent went silent."""

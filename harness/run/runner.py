@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import shutil
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -39,6 +40,7 @@ from harness.run.partial import PARTIAL
 from harness.run.plan import PlannedCase, build_plan, max_ranks, uncovered_rows
 from harness.run.settings import Settings, auto_case_timeout
 from harness.run.twins import name_eager_twins
+from harness.run import axis_help
 from harness.run.verdict import apply_expected_refusal, apply_known_issues, judge, not_run, note_repro
 
 
@@ -171,6 +173,7 @@ class _Run:
                                                       self.plan_s)
         header.known_issues_unmatched = _unmatched(self.issues, results)
         header.purpose = self.purpose
+        header.values_help = axis_help.values_help(results)
         return header
 
     def finish(self, stats: GroupStats, localize_s: float) -> RunSummary:
@@ -193,11 +196,13 @@ class _Run:
         if header.version_mismatch:
             echo(f"note: {header.version_mismatch}")
         echo(matrix.terminal(results, page=str(report_dir / "index.html")))
+        if any(result.rank_death for result in results):
+            echo(_rank_deaths_line(results))
         echo(f"reports: {report_dir / 'index.html'}, {report_dir / 'matrix.csv'}, {report_dir / 'matrix.md'}")
         echo(timing.time_line(header.time_breakdown, matrix.WIDTH))
         failed = any(r.status.is_failure(settings.xfail_strict) for r in results)
         unchecked = _no_parallel_ran(self.plan, results) and not settings.allow_no_parallel
-        _tidy_work(launches_folder(report_dir), settings, failed, echo)
+        _tidy_work(launches_folder(report_dir), settings, failed, echo, any(r.rank_death for r in results))
         if unchecked:
             echo("WARNING: no case with more than one rank ran: every parallel layout of the plan was SKIP or N/A "
                  "(see the reasons above), so this run checked no parallel parity at all. Exit 1; pass "
@@ -223,12 +228,22 @@ class _Run:
         return handover.RunStopped(line, results, left)
 
 
-def _tidy_work(workdir: Path, settings: Settings, failed: bool, echo) -> None:
+def _rank_deaths_line(results: list[CaseResult]) -> str:
+    """'rank deaths: 1 (a native signal; each case ran once more in a fresh group): <case> PASS on its rerun'."""
+    died = [result for result in results if result.rank_death]
+    return textwrap.fill(f"rank deaths: {len(died)} (a native signal; each case ran once more in a fresh group): "
+                         + ", ".join(f"{result.case_id} {result.status.value} on its rerun" for result in died),
+                         matrix.WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+
+
+def _tidy_work(workdir: Path, settings: Settings, failed: bool, echo, died: bool = False) -> None:
     """The work folder (launch logs, rank events, the shared baselines) is only needed while the run lasts: removed
-    after a run where every case ended well, kept (and said where) when a case failed, with --keep-work, or over
-    several nodes (whose agents read it until they leave)."""
-    if failed or settings.keep_work or settings.nnodes > 1:
-        why = "a case failed" if failed else "--keep-work" if settings.keep_work else "several nodes read it"
+    after a run where every case ended well, kept (and said where) when a case failed or a rank died (`died`, its
+    launch's log beside its stack), with --keep-work, or over several nodes (whose agents read it until they
+    leave)."""
+    if failed or died or settings.keep_work or settings.nnodes > 1:
+        why = "a case failed" if failed else "a rank died" if died else "--keep-work" if settings.keep_work else \
+            "several nodes read it"
         echo(f"work files kept in {workdir} ({why}): each launch's log and rank events")
         return
     shutil.rmtree(workdir, ignore_errors=True)
@@ -316,6 +331,7 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
             result = judge(outcome, settings)
             result = apply_known_issues(apply_expected_refusal(result, refusals.get(result.case_id)), issues)
             result = note_repro(result, outcome.case)
+            result.rank_death = outcome.record.rank_death  # kept whatever the rerun's verdict (harness.run.launch)
             prune_images(result, report_dir / "images", settings.images)
             done[result.case_id] = result
             partial.write(json.dumps(result.to_dict()) + "\n")
