@@ -12,7 +12,8 @@ Run as `python -m harness.engine.forkserver [--listen SOCKET]`; it reads one JSO
 answers on stdout, and with `--listen` the same on each connection to SOCKET (`Server`). A connection may also hand
 it a whole command with its standard streams and the function that runs it (harness.run.warm.run_in_shared): the
 command then runs in a fork of this process, with torch and diffusers already imported. It must not start threads
-or touch an accelerator before forking, so it serves CPU runs only (harness.run.warm).
+(checked before each launch's fork: `other_threads`) or touch an accelerator before forking, so it serves CPU runs
+only (harness.run.warm).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import select
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 
@@ -125,7 +127,7 @@ class Server:
             elif "command" in request:
                 self.answer(fd, self.fork_command(request, fd))
             else:
-                self.answer(fd, {"agent": self.fork_agent(request, fd)})
+                self.answer(fd, self.fork_agent(request, fd))
         return pending
 
     def answer(self, fd: int | None, message: dict) -> None:
@@ -139,14 +141,21 @@ class Server:
         except OSError:
             pass  # gone: its next read says so
 
-    def fork_agent(self, request: dict, fd: int | None) -> int:
+    def fork_agent(self, request: dict, fd: int | None) -> dict:
+        """The launch's agent, forked; refused (said, and the launcher starts torchrun) while this process holds any
+        thread but the one forking (`other_threads`)."""
+        others = other_threads()
+        if others:
+            return {"error": f"the warm parent holds {len(others)} thread(s) besides its own ({', '.join(others)}): "
+                             "a fork copies only the forking thread, and a lock one of them holds would stay locked "
+                             "in every rank"}
         sys.stdout.flush(), sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
             self.forget()
             _agent_process(request)  # never returns
         self.agents[pid] = (request["exit_file"], fd)
-        return pid
+        return {"agent": pid}
 
     def fork_command(self, request: dict, fd: int) -> dict:
         """A command in a fork of this process, on the standard streams its connection sent: `call`
@@ -214,6 +223,20 @@ class Server:
         while self.agents and time.monotonic() < deadline:
             self.reap()
             time.sleep(POLL_S)
+
+
+def other_threads() -> list[str]:
+    """This process's threads but the calling one, each named: a Python thread by its name, another by its id. None
+    after the warm imports: the ranks' thread pools (OpenMP's, gloo's, Inductor's compile workers) start in the
+    ranks, and a launcher starts this process with one thread for OpenMP and OpenBLAS (harness.run.launchers.node_env;
+    OpenBLAS's own fork handler stops its idle threads before a fork anyway)."""
+    me = threading.get_native_id()
+    named = {thread.native_id: thread.name for thread in threading.enumerate()}
+    try:
+        tids = sorted(int(tid) for tid in os.listdir("/proc/self/task"))
+    except OSError:  # no /proc: nothing to tell
+        return []
+    return [f"Python thread {named[tid]!r}" if tid in named else f"native thread {tid}" for tid in tids if tid != me]
 
 
 def _write_atomically(path: str, text: str) -> None:

@@ -135,6 +135,8 @@ class WarmParent:
             except (OSError, ValueError) as error:
                 answer = None
                 self.failed = f"the warm parent stopped answering ({error})"
+            if answer and "error" in answer:  # it refused to fork (harness.engine.forkserver.Server.fork_agent)
+                self.failed = answer["error"]
             if not answer or "agent" not in answer:
                 self._stop()
                 return self.failed or "the warm parent stopped answering"

@@ -171,9 +171,11 @@ def test_a_faulty_case_then_its_clean_twin_on_one_warm_group_fail_then_pass(proj
         forked = (launch / warm.LOG).exists() and not (launch / "torchrun.log").exists(), sorted(launch.iterdir())
         second = runner.run(settings, [PlannedCase(_case("flux", "ulysses2"))], echo=lambda _: None)
         assert workers_naming(project) == [], "worker processes outlived `runner.run`"
+        threads = sorted(os.listdir(f"/proc/{parent}/task"))  # after two runs' launches: their threads are the ranks'
     finally:
         kill_leftovers(project)
     assert warm.shared().process.pid == parent, "the second run's ranks did not fork from the same warm parent"
+    assert threads == [str(parent)], threads
     statuses = {result.case_id: result.status for result in first.results}
     assert statuses == {"flux/ulysses2/native/fp32/tensor+cp_local_attention": Status.FAIL,
                         "flux/ulysses2/native/fp32/tensor": Status.PASS,
@@ -182,6 +184,54 @@ def test_a_faulty_case_then_its_clean_twin_on_one_warm_group_fail_then_pass(proj
     assert [result.status for result in second.results] == [Status.PASS], second.results
     assert first.header.launches == 1  # all four on the same two ranks
     assert forked[0], forked[1]
+
+
+THREAD_POOLS = """
+import json, os, sys
+from harness.engine import forkserver
+forkserver.warm_imports()
+seen = {"the warm imports": forkserver.other_threads()}
+import torch
+torch.set_num_threads(2)
+(torch.ones(1 << 22) * 2).sum()
+seen["OpenMP"] = forkserver.other_threads()
+import torch.distributed as dist
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+dist.barrier()
+seen["gloo"] = forkserver.other_threads()
+from torch._inductor import config
+from torch._inductor.async_compile import AsyncCompile
+config.compile_threads = 2
+AsyncCompile.process_pool()
+seen["Inductor's compile workers"] = forkserver.other_threads()
+answers = open(sys.argv[1], "w")
+forkserver.Server(answers).handle(json.dumps({"world_size": 2, "exit_file": "-"}).encode() + b"\\n", None)
+answers.close()
+print(json.dumps(seen), flush=True)
+os._exit(0)
+"""
+
+
+def test_the_warm_parent_forks_with_no_thread_but_its_own_and_refuses_beside_one(tmp_path):
+    """What a warm parent imports starts no thread, so nothing a rank needs can be left locked by another thread at
+    the fork; each pool a rank starts (OpenMP's, gloo's, Inductor's compile workers) would add threads, and with
+    any of them the warm parent refuses to fork a launch (its launcher then starts torchrun, saying why). The
+    process is started as a launcher starts its warm parent (harness.run.launchers.node_env)."""
+    from harness.run.launchers import node_env
+
+    answers = tmp_path / "answers"
+    done = subprocess.run([sys.executable, "-c", THREAD_POOLS, str(answers)], capture_output=True, text=True,
+                          env=node_env(0), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen.pop("the warm imports") == [], seen
+    counts = [len(threads) for threads in seen.values()]
+    assert counts == sorted(set(counts)) and counts[0] > 0, seen  # each pool adds threads of its own
+    assert "Python thread 'InductorSubproc'" in seen["Inductor's compile workers"], seen
+    refused = json.loads(answers.read_text())
+    assert "agent" not in refused, refused
+    assert refused["error"].startswith(f"the warm parent holds {counts[-1]} thread(s) besides its own (native "), \
+        refused
 
 
 # ---------------------------------------------------------------------------- signals to `harness run`, resume
