@@ -197,9 +197,9 @@ def check_reference(captured) -> None:
 
 
 def check_parity(planned, results) -> None:
-    """The pytest outcome of one parity case: SKIP and XFAIL as pytest's own (REFUSED as an xfail), FAIL/ERROR/TIMEOUT as a failure
-    that says what broke and how to rerun the case alone, PASS as a pass. pytest has no outcome for a combination
-    that cannot exist: N/A is a skip whose reason starts with "not applicable: " (`NOT_APPLICABLE`)."""
+    """The pytest outcome of one parity case: SKIP and XFAIL as pytest's own (REFUSED as an xfail), FAIL/ERROR/TIMEOUT
+    as a failure that says what broke and how to rerun the case alone, PASS as a pass. pytest has no outcome for a
+    combination that cannot exist: N/A is a skip whose reason starts with "not applicable: " (`NOT_APPLICABLE`)."""
     from harness.core.applicability import status_of
     from harness.core.results import Status
 

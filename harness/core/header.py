@@ -26,6 +26,9 @@ class RunHeader:
     purpose: str = ""  # "selftest": the FAILs are the deliberate bugs the run must catch
     incomplete: str | None = None  # why the run stopped before its end (its unfinished cases are ERROR, resumable)
     coverage: dict[str, Any] | None = None  # `--coverage`: diffusers' parallel code the run executed (core.coverage)
+    # what each flow, load and mode value of the run means ({axis: {value: text}}, harness.run.axis_help): the page's
+    # row and column titles and its legend
+    values_help: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {key: value for key, value in asdict(self).items() if value is not None}

@@ -109,7 +109,8 @@ class CaseResult:
     @property
     def severity(self) -> str:
         """What kind of finding an XFAIL or REFUSED case is (SEVERITIES), the worst of its entries'; "" for any other
-        status. A file from before severities: a refusal by its reason, a known issue as a crash."""
+        status. A file from before severities: a refusal by its reason, else by what its entries excused (a check
+        with numbers: silently wrong; an error: a crash)."""
         if self.status is Status.REFUSED:
             return REFUSAL
         if self.status is not Status.XFAIL:
@@ -117,7 +118,10 @@ class CaseResult:
         found = [entry.get("severity") for entry in self.known_issues if entry.get("severity") in SEVERITIES]
         if found:
             return min(found, key=SEVERITIES.index)
-        return REFUSAL if self.reason.startswith("expected refusal") and not self.known_issues else "crash"
+        if not self.known_issues:
+            return REFUSAL if self.reason.startswith("expected refusal") else "crash"
+        wrong = any(item.get("known") and item.get("check") != "error" for item in self.evidence)
+        return "silently wrong" if wrong else "crash"  # what its entries excused: numbers, or an error
 
     def known_issue(self, key: str) -> dict[str, str] | None:
         """The entry `key` (an excused item's "known") as this case carries it, or None."""

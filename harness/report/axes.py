@@ -11,9 +11,10 @@ from typing import Any
 
 from harness.core import axes as declared
 
-# Where the matrix puts an axis, outer first: one section per model, rows layout x backend, columns shape x kind x
-# dtype; an axis not named here is a column after these.
-MATRIX = {"section": ("model",), "row": ("layout", "backend"), "column": ("shape", "kind", "dtype")}
+# Where the matrix puts an axis, outer first: one section per model, rows layout x backend x flow (a flow's row under
+# its layout's: a flow runs on a few layouts only, and as columns it made a model's matrix 61 columns wide), columns
+# shape x kind x dtype; an axis not named here is a column after these.
+MATRIX = {"section": ("model",), "row": ("layout", "backend", "flow"), "column": ("shape", "kind", "dtype")}
 
 
 @cache

@@ -44,14 +44,15 @@ class Lists:
 def compare_runs(old_dir: Path, new_dir: Path, out_dir: Path | None = None) -> Comparison:
     """Compare `old_dir/results.json` with `new_dir/results.json` and write `compare.html` into `out_dir` (default
     `new_dir`). Both files are read before anything is written; a missing or unreadable one is a HarnessError.
-    NEW's index.html, which the page links into, is rendered first if it is missing."""
+    NEW's index.html, which the page links into, is rendered (marking what changed against OLD) when it is missing
+    or when compare.html goes beside it."""
     old_dir, new_dir = Path(old_dir), Path(new_dir)
     out_dir = Path(out_dir) if out_dir is not None else new_dir
     old_header, old_cases = _load(old_dir, "OLD")
     new_header, new_cases = _load(new_dir, "NEW")
     comparison = status_changes(old_cases, new_cases)
-    if not (new_dir / "index.html").exists():
-        comparison.wrote.append(render_html(new_dir))
+    if out_dir == new_dir or not (new_dir / "index.html").exists():
+        comparison.wrote.append(render_html(new_dir, base=old_dir))
     out_dir.mkdir(parents=True, exist_ok=True)
     comparison.page = out_dir / "compare.html"
     runs = {"old": (old_dir, old_header, old_cases), "new": (new_dir, new_header, new_cases)}

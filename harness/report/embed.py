@@ -11,8 +11,8 @@ thousands of XFAIL rows with the same few reasons and tracebacks. So:
 - a figure is [spec, value, limit, the share of its limit used], its spec ([name, label, 1 for the cell's figure],
   the same in every case of a kind) an index into `f`, its value, limit and ratio text written in Python
   (harness.core.figures.written), so the page formats no figure itself; a failed check is [check, subject, value,
-  limit, the known issue (or expected refusal) that excuses it, the band it excuses], at most SHOWN_CHECKS of each check, then [check, "", "", "", "", "", how
-  many more];
+  limit, the known issue (or expected refusal) that excuses it, the band it excuses], at most SHOWN_CHECKS of each
+  check, then [check, "", "", "", "", "", how many more];
 - a case's known-issue entries ({key, title, link}, the same in thousands of XFAIL cases) are indices into the value
   table `v`, a link kept only where a browser may follow it (detail.outside_link);
 - each `extra` value is stored once in the value table `v` (pack.py); "other data" (the extra keys no part of the
@@ -83,8 +83,11 @@ def _held(case: CaseResult, name: str) -> bool:
     return bool(case.cell) if name == "cell" else getattr(case, name) not in (None, "", [], {})
 
 
-def encode(cases: list[CaseResult], groups: dict[str, list[int]]) -> dict[str, Any]:
-    """The page's data: the axes and statuses it filters on, the tables, one array per case, the groups."""
+def encode(cases: list[CaseResult], groups: dict[str, list[int]], values_help: dict | None = None,
+           history: dict | None = None) -> dict[str, Any]:
+    """The page's data: the axes and statuses it filters on, what their values mean (`help`, from the run's header:
+    a flow's calls and position), the tables, one array per case, the groups, and what changed against a base run
+    (`history`: {"changes": {case index: [kind, status there, cell there]}, "base": its folder})."""
     specs, values, names = Table(), Table(), order(cases)
     rows = [_row(case, names, specs, values) for case in cases]
     counts = Counter((text.field, str(text)) for row in rows for text in _texts(row))
@@ -94,7 +97,8 @@ def encode(cases: list[CaseResult], groups: dict[str, list[int]]) -> dict[str, A
             strings[name].index(text)
     return {"axes": list(axes.axes()), "matrix": axes.matrix(), "fields": names, "text": [*TEXT, "cell"],
             "statuses": list(STATUSES), "bad": sorted(BAD), "attention": list(ATTENTION), "anchor": ANCHOR,
-            "drawn": sorted(DRAWN),
+            "drawn": sorted(DRAWN), "help": values_help or {}, "changes": (history or {}).get("changes", {}),
+            "base": (history or {}).get("base", ""),
             "s": {name: table.values for name, table in strings.items()}, "f": specs.values, "v": values.values,
             "c": [_resolve(row, strings) for row in rows], "g": groups}
 

@@ -19,11 +19,13 @@ from harness.core.header import RunHeader
 from harness.core.results import RESULTS_FILE, CaseResult, Status, read_results
 from harness.report import axes
 from harness.report.assets import page
+from harness.report.changes import base_or_none, changes
 from harness.report.coverage import coverage_section
 from harness.report.data import BAD, STATUSES, ordered_statuses, plain, status_counts, unique
 from harness.report.detail import badge
 from harness.report.embed import encode, script_tag
 from harness.report.first_screen import no_coverage, setup_line, stands_on, verdict
+from harness.report.history import changed_groups, changes_line, changes_section
 from harness.report.sections import Lists, attention_section, group_section, issue_list, split
 
 __all__ = ["render_html", "render_page"]
@@ -40,21 +42,26 @@ NAV = (("failing", "Needs a look"), ("known-issues", "Known issues and refusals"
        ("environment", "Environment"))
 
 
-def render_html(report_dir: Path) -> Path:
-    """Write `report_dir/index.html` from `report_dir/results.json`; images are linked relative to that folder."""
+def render_html(report_dir: Path, base: Path | str | None = None) -> Path:
+    """Write `report_dir/index.html` from `report_dir/results.json`; images are linked relative to that folder.
+    `base`: a base run's report folder to mark what changed against (default: the run's own `--compare-with`)."""
     report_dir = Path(report_dir)
     header, cases = read_results(report_dir / RESULTS_FILE)
     out = report_dir / "index.html"
     tmp = out.with_suffix(".html.tmp")
-    tmp.write_text(render_page(header, cases), encoding="utf-8")
+    settings = header.settings if isinstance(header.settings, dict) else {}
+    tmp.write_text(render_page(header, cases, base or settings.get("compare_with") or None), encoding="utf-8")
     tmp.replace(out)
     return out
 
 
-def render_page(header: RunHeader, cases: list[CaseResult]) -> str:
-    """The whole document as a string, so tests and other writers need no files."""
+def render_page(header: RunHeader, cases: list[CaseResult], base: Path | str | None = None) -> str:
+    """The whole document as a string, so tests and other writers need no files; with a `base` run's folder, what
+    changed against it marked per cell and listed (changes.py)."""
     counts = status_counts(cases)
     lists = split(cases)
+    base_cases, unread = base_or_none(base)
+    changed = changes(base_cases, cases) if base_cases is not None else {}
     bad = sum(counts.get(status, 0) for status in BAD)
     title = f"Parity report: {len(cases)} cases, {bad} failing"
     body = "".join([
@@ -64,17 +71,20 @@ def render_page(header: RunHeader, cases: list[CaseResult]) -> str:
         _incomplete_banner(header),
         _mismatch_banner(header),
         _purpose_banner(header),
+        changes_line(base, changed, unread) if base else "",
         _counts(counts),
         _filters(cases),
         '<noscript><p class="banner">The matrix and the case details are drawn by this page\'s script: with '
         "JavaScript off, the lists below and matrix.csv beside this file still hold every case.</p></noscript>",
         attention_section(cases, lists.attention),
+        changes_section(cases, changed) if base_cases is not None else "",
         '<section id="details" hidden><h2>Opened cases</h2><div id="opened"></div></section>',
         _lists(lists, cases, header),
-        _matrix(cases),
+        _matrix(cases, header.values_help),
         coverage_section(header) or no_coverage(),
         _environment(header, cases),
-        script_tag(encode(cases, lists.groups())),
+        script_tag(encode(cases, {**lists.groups(), **changed_groups(changed)}, header.values_help,
+                          {"changes": changed, "base": str(base or "")})),
     ])
     return page(title, body, SCRIPTS)
 
@@ -228,8 +238,9 @@ def _filters(cases: list[CaseResult]) -> str:
     return (
         '<form id="filters" role="search" aria-label="filter cases">'
         + "".join(selects)
-        + '<label>search <input type="search" name="q" placeholder="case id or known issue" size="22" '
-        'title="a part of a case id, or of a known issue\'s title, key or globs"></label>'
+        + '<label>search <input type="search" name="q" placeholder="case id, reason or known issue" size="26" '
+        'title="a part of a case id, of its reason (an error, &quot;expected refusal&quot;, a known issue\'s cause), '
+        'or of a known issue\'s title, key or kind"></label>'
         '<label><input type="checkbox" name="failures"> failures only</label>'
         '<label title="matrix rows and columns in which every case is SKIP or N/A"><input type="checkbox" '
         'name="skips"> all-SKIP matrix rows</label>'
@@ -245,9 +256,10 @@ def _select(name: str, values: list[str]) -> str:
             "</label>")
 
 
-def _matrix(cases: list[CaseResult]) -> str:
+def _matrix(cases: list[CaseResult], values_help: dict | None = None) -> str:
     """One closed section per value of the section axis (a model), those with a failing case first and open; the
-    script draws a section's table (rows and columns from axes.matrix) when it is first opened."""
+    script draws a section's table (rows and columns from axes.matrix) when it is first opened. Its legends say what
+    a cell writes and what each flow, load and mode value of the run means (`values_help`)."""
     if not cases:
         return '<section id="matrix"><h2>Matrix</h2><p class="none">No cases in this run.</p></section>'
     layout = axes.matrix()
@@ -265,9 +277,33 @@ def _matrix(cases: list[CaseResult]) -> str:
         f'<div class="legend">{legend}<span class="muted">rows {escape(" x ".join(layout["row"]))}, columns '
         f'{escape(" x ".join(layout["column"]))}; cell: status, then the case\'s key figure; hover for the reason, '
         "click or Enter for details, arrow keys move between cells. Rows and columns in which every case is SKIP or "
-        f"N/A are left out unless asked for above.</span></div>{_cell_legend(cases)}{sections}"
+        f"N/A are left out unless asked for above.</span></div>{_cell_legend(cases)}"
+        f"{_values_legend(cases, values_help or {})}{sections}"
         '<p class="none no-match" hidden>No case matches the filters.</p></section>'
     )
+
+
+# What each legend of the axes' values says first (harness.run.axis_help writes what each value means)
+VALUES_LEGENDS = {
+    "flow": "Flows: what the user calls around enable_parallelism, one row under its layout's (\u21b3 name; "
+            "name_after: the same calls after enable_parallelism), judged against one device making the same calls",
+    "load": "Loads: how the model gets its weights and its parallelism (a column group)",
+    "mode": "Modes: how the model runs (a column group)"}
+
+
+def _values_legend(cases: list[CaseResult], values_help: dict[str, dict[str, str]]) -> str:
+    """Per axis whose values the cases vary in, what each value means, as a closed list titled by what it is."""
+    parts = []
+    for axis, lead in VALUES_LEGENDS.items():
+        present = unique(str(getattr(case, axis)) for case in cases)
+        described = values_help.get(axis, {})
+        if len(present) < 2 or not described:
+            continue
+        items = "".join(f'<dt><code>{escape(value)}</code></dt><dd>{escape(described.get(value, ""))}</dd>'
+                        for value in present)
+        parts.append(f'<details class="values-legend" data-axis="{escape(axis)}"><summary>{escape(lead)} '
+                     f'({len(present)})</summary><dl>{items}</dl></details>')
+    return "".join(parts)
 
 
 def _section(value: str, statuses: list[str], open_: bool) -> str:

@@ -94,12 +94,15 @@ def _cell(result: CaseResult) -> str:
     return _clip(label, _CELL_MAX)
 
 
+_IN_ROW = ("flow",)  # axes a block writes in its rows (a flow's row under its layout's), as the page's matrix does
+
+
 def _column(result: CaseResult) -> str:
-    """A block's column: what is left of the case id once model, layout and backend are known (the id's last part
-    keeps a negative control's `+fault`, so two cases never share a cell)."""
+    """A block's column: what is left of the case id once model, layout, backend and flow are known (the id's last
+    part keeps a negative control's `+fault`, so two cases never share a cell)."""
     shape = "" if result.shape == "default" else f"@{result.shape} "
     fault = result.case_id.rsplit("/", 1)[-1].partition(axes.FAULT)[2]
-    later = axes.AXES[axes.NAMES.index("kind"):]  # the kind, and the axes declared after it
+    later = [axis for axis in axes.AXES[axes.NAMES.index("kind"):] if axis.name not in _IN_ROW]  # the kind and after
     parts = [str(getattr(result, axis.name)) for axis in later
              if getattr(result, axis.name) not in (axis.default, _DEFAULT_KIND) or (fault and axis.name == "kind")]
     tail = " ".join(parts) + (f"{axes.FAULT}{fault}" if fault else "")
@@ -107,7 +110,10 @@ def _column(result: CaseResult) -> str:
 
 
 def _row(result: CaseResult) -> str:
-    return _clip(f"{result.layout}/{result.backend}", _INDEX_MAX)
+    """A block's row: layout/backend, and a flow other than none after it (its row under its layout's)."""
+    extra = [str(getattr(result, name)) for name in _IN_ROW
+             if getattr(result, name) != axes.AXES[axes.NAMES.index(name)].default]
+    return _clip(" ".join([f"{result.layout}/{result.backend}", *extra]), _INDEX_MAX)
 
 
 def terminal(results: list[CaseResult], width: int = WIDTH, page: str | None = None) -> str:

@@ -156,8 +156,8 @@ def _group(group: Group, cases: list[CaseResult], status: str) -> str:
 
 def _entries(entries: list[dict[str, str]]) -> str:
     """Each known-issue entry's traced cause, its upstream thread and where it is listed, after the group's title."""
-    return "".join(f' <span class="entry">{cause_link(entry.get("link", ""))}'
-                   f'{cause_link(entry.get("upstream", ""), "upstream")}{entry_key(entry.get("key", ""))}</span>'
+    return "".join(f' <span class="entry">{cause_link(entry.get("link", ""))} '
+                   f'{cause_link(entry.get("upstream", ""), "upstream")} {entry_key(entry.get("key", ""))}</span>'
                    for entry in entries)
 
 

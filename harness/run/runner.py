@@ -25,8 +25,8 @@ from harness.loads import LOADS
 from harness.report import matrix
 from harness.report.images import prune_images
 from harness.report.write import write_reports
+from harness.run import axis_help, handover, partial, shards, timing, warm
 from harness.run import coverage as coverage_run
-from harness.run import handover, partial, shards, timing, warm
 from harness.run.capture import ensure_references
 from harness.run.checkpoints import FOLDER, write_checkpoints
 from harness.run.divergence import first_divergence
@@ -40,7 +40,6 @@ from harness.run.partial import PARTIAL
 from harness.run.plan import PlannedCase, build_plan, max_ranks, uncovered_rows
 from harness.run.settings import Settings, auto_case_timeout
 from harness.run.twins import name_eager_twins
-from harness.run import axis_help
 from harness.run.verdict import apply_expected_refusal, apply_known_issues, judge, not_run, note_repro
 
 

@@ -110,6 +110,8 @@ class Settings:
     report_dir: str = _option("reports", "Directory where matrix.csv, matrix.md and results.json are written (the "
                                           "artifact to upload; caches and work files go to <report_dir>.work).")
     known_issues: str = _option("known_issues.toml", "TOML file of known failures that become XFAIL.")
+    compare_with: str = _option("", "A base run's report folder: the page marks per cell what changed against it "
+                                    "(new failures, fixes, changed figures).")
     case_timeout: float = _option(0.0, f"Seconds a case may run before it is TIMEOUT (0: {AUTO_TIMEOUT_S:.0f} s + "
                                        f"{AUTO_TIMEOUT_PER_GB_S:.0f} s per GB of weights).")
     check_refusals: bool = _option(False, "Run the cases diffusers is expected to refuse (backend not "

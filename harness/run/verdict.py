@@ -254,9 +254,10 @@ def apply_expected_refusal(result: CaseResult, refusal) -> CaseResult:
 
 def apply_known_issues(result: CaseResult, issues: list[KnownIssue]) -> CaseResult:
     """A FAIL/ERROR becomes XFAIL only when every failed check is excused by an entry that names it (its check, its
-    subject, its figure band, its text), REFUSED when each of those entries is a refusal; what is left over keeps the case FAIL/ERROR, said first, with the excused
-    items after ("also known: ..."). A proof failure (a wrong backend or kernel ran, an exchange missing) is never
-    excused: the numbers behind it are not the case's own. A listed case that passes is XPASS. A negative control
+    subject, its figure band, its text), REFUSED when each of those entries is a refusal; what is left over keeps the
+    case FAIL/ERROR, said first, with the excused items after ("also known: ..."). A failed proof only as its entry
+    names it exactly (harness.run.known_issues: the exchange, the counts seen and predicted); a wrong backend or
+    kernel never: the numbers behind it are not the case's own. A listed case that passes is XPASS. A negative control
     answers to the entries of the case it injects its fault into: the fault's own evidence is what must be left."""
     listed = [issue for issue in issues if issue.applies(without_fault(result.case_id))]
     if not listed:

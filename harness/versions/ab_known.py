@@ -1,7 +1,7 @@
 """What `harness ab` calls a regression beyond `report --compare`'s (a case that newly fails): a case that passed on
-the base and is XFAIL (or REFUSED) on the head. The head's known-issue list (or a refusal it expects) excuses there the very change
-ab exists to catch, so it counts all the same, named with what excuses it, unless `--accept-known` accepts it: then it
-is still listed, as accepted, and the exit code does not count it."""
+the base and is XFAIL (or REFUSED) on the head. The head's known-issue list (or a refusal it expects) excuses there
+the very change ab exists to catch, so it counts all the same, named with what excuses it, unless `--accept-known`
+accepts it: then it is still listed, as accepted, and the exit code does not count it."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from harness.core.figures import PARITY, SINGLE_DEVICE, with_role
 from harness.core.results import CaseResult, Status
 from harness.report.compare import changed_markdown
 from harness.report.compare_page import compare_runs
+from harness.report.html import render_html
 from harness.versions import ab_coverage, ab_known
 from harness.versions.sides import key_figure, results, status_line, tally
 
@@ -32,6 +33,7 @@ def write(report_dir: Path, envs: dict, captured: list[str], timings: dict, acce
     cases = {side: read[side][1] for side in read}
     comparison = ab_known.with_known(compare_runs(report_dir / "base", report_dir / "head", out_dir=report_dir),
                                      cases["head"], accept_known)
+    render_html(report_dir / "head", base=report_dir / "base")  # the head's page marks what changed per cell
     coverage = ab_coverage.compare(read["base"][0], read["head"][0])
     single = single_device(cases["base"], cases["head"])
     parity = {side: parity_of(cases[side]) for side in cases}

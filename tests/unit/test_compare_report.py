@@ -90,8 +90,10 @@ def test_cli_compare_prints_summary_and_exits_1_on_regression(tmp_path, capsys, 
     assert "Only in OLD: 1 (1 FAIL): `flux/ring2/flex/fp32/tensor`" in out
     assert "(absent)" not in out
     assert summary.read_text().startswith(f"## Status changes: {old} -> {new}\n\n**compare: 6 changed status")
-    assert main(["report", "--compare", str(old), str(new)]) == 1
-    assert capsys.readouterr().out.strip().endswith(f"wrote {new / 'compare.html'}; exit 1: a case newly fails")
+    assert main(["report", "--compare", str(old), str(new)]) == 1  # NEW's page again, marking what changed
+    assert capsys.readouterr().out.strip().endswith(f"wrote {new / 'index.html'}, {new / 'compare.html'}; exit 1: "
+                                                    "a case newly fails")
+    assert 'id="changes-line"' in (new / "index.html").read_text()
 
 
 def test_cli_compare_of_different_plans_stays_short_and_exits_0(tmp_path, capsys):

@@ -98,7 +98,8 @@ def test_a_negative_control_answers_to_the_entries_of_its_case():
 def test_a_listed_case_that_passes_is_xpass():
     result = apply_known_issues(_result([]), [NORMS])
     assert result.status is Status.XPASS and "no longer reproduces" in result.reason
-    assert result.known_issues == [{"key": "test #1", "title": "per-head norms", "link": "", "severity": "silently wrong"}]
+    assert result.known_issues == [{"key": "test #1", "title": "per-head norms", "link": "",
+                                    "severity": "silently wrong"}]
 
 
 LINKED = KnownIssue("*/tp*/*/*/train", "per-head norms act on sharded heads: nothing sums their gradients",
@@ -200,7 +201,8 @@ def test_a_refusal_entry_makes_its_cases_refused_and_a_crash_beside_it_keeps_the
         ('[issue.evidence.max_abs_err]\nband = [0.4, 0.2]', r"needs 'band'"),
         ('[issue.evidence.gradients]\nband = [0.4, 0.5]', "unknown check; valid checks: .*grad_rel"),
         ('[issue.evidence."proof.function"]\nband = [0.4, 0.5]', "unknown check"),
-        ('[issue.evidence.max_abs_err]\nband = [0.1, 0.2]\nglobs = ["x"]', "valid keys are band, contains, limit, subjects"),
+        ('[issue.evidence.max_abs_err]\nband = [0.1, 0.2]\nglobs = ["x"]',
+         "valid keys are band, contains, limit, subjects"),
     ],
 )
 def test_a_bad_entry_names_the_file_and_the_entry(tmp_path, body, message):

@@ -19,7 +19,8 @@
   R.detail = function (c, D) {
     var x = R.extraOf(c);
     return '<button type="button" class="close" data-close title="remove this case from the opened cases">close' +
-      "</button>" + whereHTML(c, D) + decidedHTML(c) + reasonHTML(c) + knownHTML(c) + reproHTML(x) +
+      "</button>" + whereHTML(c, D) + changeHTML(D.changes[c.i]) + decidedHTML(c) + reasonHTML(c) + knownHTML(c) +
+      reproHTML(x) +
       evidenceHTML(c) + figuresHTML(c) +
       blocksHTML(x) +
       (x.images ? imagesBlock({title: "Images", images: x.images}) : "") + localizationHTML(c, x) + commsHTML(x) +
@@ -29,6 +30,10 @@
   function whereHTML(c, D) {
     var parts = D.axes.map(function (a) { return a.name + " " + c[a.name]; });
     return '<p class="where muted">' + esc(parts.join(" \u00b7 ") + " \u00b7 world size " + c.world_size) + "</p>";
+  }
+  function changeHTML(change) {  // against a base run: what changed, and what the case was there
+    return change ? '<p class="changed">Against the base run:' + R.changeMark(change) + " " +
+      esc(R.changeText(change)) + "</p>" : "";
   }
   // The check that decided the case (harness.core.figures.deciding), first: which check, its value against its
   // limit, the share of its allowance it used and how the limit was derived, all in its text.

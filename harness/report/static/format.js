@@ -23,6 +23,16 @@
     }
     return out + R.esc(text.slice(last));
   };
+  // What changed against a base run (harness/report/changes.py: [kind, status there, cell there]): a mark for the
+  // matrix cell and the words that say it
+  var MARKS = {"new failure": "\u25b2", fixed: "\u2713", status: "\u2260", figure: "\u0394", "new case": "+"};
+  R.changeText = function (change) {
+    return change[0] + (change[1] ? " (was " + change[1] + (change[2] ? " " + change[2] : "") + ")" : "");
+  };
+  R.changeMark = function (change) {
+    return ' <span class="chg chg-' + R.esc(change[0].replace(/ /g, "-")) + '" title="' + R.esc(R.changeText(change)) +
+      '">' + (MARKS[change[0]] || "*") + "</span>";
+  };
   R.badge = function (status) {
     return '<span class="badge s-' + R.esc(status) + '">' + R.esc(status) + "</span>";
   };

@@ -29,9 +29,8 @@
           var html = grid[r + ":" + j];
           return '<td data-col="' + j + '"' + (html ? "" : ' class="empty"') + ">" + (html || "") + "</td>";
         }).join("");
-        return '<tr class="mrow"><th scope="row">' + p.map(function (v, k) {
-          return '<span class="' + (k ? "sub" : "main") + '">' + esc(v) + "</span>";
-        }).join(" ") + "</th>" + cells + "</tr>";
+        return '<tr class="mrow"><th scope="row"' + (rowTitle(p) ? ' title="' + esc(rowTitle(p)) + '"' : "") + ">" +
+          rowLabel(p) + "</th>" + cells + "</tr>";
       }).join("");
       leftOut[value] = Object.keys(left).map(function (k) { return left[k]; });
       section.querySelector(".section-body").innerHTML = '<div class="scroll"><table class="matrix"><thead><tr>' +
@@ -42,6 +41,25 @@
       page.applied(section);
     }
     function positions(list) { var at = {}; list.forEach(function (v, k) { at[v] = k; }); return at; }
+    // A row's label: its axes' values, a value the id leaves out (no flow) left out here too; an axis after the
+    // first two (a flow) as a row under its layout's ("\u21b3 lora_after"). Its title says what that value means.
+    function omitted(name, v) {
+      var axis = D.axes.filter(function (a) { return a.name === name; })[0] || {};
+      return "omit" in axis && axis.omit === v;
+    }
+    function meaning(name, v) { return (D.help[name] || {})[v] || ""; }
+    function rowLabel(p) {
+      return p.map(function (v, k) {
+        var name = D.matrix.row[k];
+        if (omitted(name, v)) { return ""; }
+        return k < 2 ? '<span class="' + (k ? "sub" : "main") + '">' + esc(v) + "</span>" :
+          '<span class="under">\u21b3 ' + esc(v) + "</span>";
+      }).join(" ");
+    }
+    function rowTitle(p) {
+      return p.map(function (v, k) { return omitted(D.matrix.row[k], v) ? "" : meaning(D.matrix.row[k], v); })
+        .filter(Boolean).join("\n");
+    }
     function matrixHead(list, cols) {  // the innermost column axis always; the outer ones where they say something
       var names = D.matrix.column, last = names.length - 1;
       var shown = names.filter(function (name, k) {
@@ -51,16 +69,23 @@
       });
       return cols.map(function (col, j) {
         var p = col.split(SEP), top = p.filter(function (v, k) { return k < last && shown.indexOf(names[k]) >= 0; });
-        return '<th scope="col" data-col="' + j + '"><span class="outer">' + (top.map(esc).join(" \u00b7 ") ||
-          "&nbsp;") + '</span><span class="inner">' + esc(p[last]) + "</span></th>";
+        var title = p.map(function (v, k) { return omitted(names[k], v) ? "" : meaning(names[k], v); })
+          .filter(Boolean).join("\n");
+        return '<th scope="col" data-col="' + j + '"' + (title ? ' title="' + esc(title) + '"' : "") +
+          '><span class="outer">' + (top.map(esc).join(" \u00b7 ") || "&nbsp;") + '</span><span class="inner">' +
+          esc(p[last]) + "</span></th>";
       }).join("");
     }
     function combo(c, keys) { return keys.map(function (k) { return c[k]; }).join(SEP); }
-    function cellHTML(c) {  // its title leads with the check that decided it (its share and its limit's derivation)
-      var d = c.deciding, tip = (d && d.text ? "decided by " + d.text + "\n" : "") + c.case_id + ": " + c.status +
-        (c.reason ? "\n" + c.reason : "");
+    // A cell: its title leads with the check that decided it (its share and its limit's derivation); against a
+    // base run, a mark of what changed and what the case was there (harness/report/changes.py)
+    function cellHTML(c) {
+      var d = c.deciding, change = D.changes[c.i];
+      var tip = (d && d.text ? "decided by " + d.text + "\n" : "") + c.case_id + ": " + c.status +
+        (c.reason ? "\n" + c.reason : "") + (change ? "\nagainst the base run: " + R.changeText(change) : "");
       return '<a class="cell-case s-' + esc(c.status) + '" href="#' + esc(c.anchor) + '" data-i="' + c.i + '" title="' +
-        esc(tip) + '"><b>' + esc(c.status) + '</b><span class="num">' + (esc(c.cell) || "&nbsp;") + "</span></a>";
+        esc(tip) + '"><b>' + esc(c.status) + (change ? R.changeMark(change) : "") + '</b><span class="num">' +
+        (esc(c.cell) || "&nbsp;") + "</span></a>";
     }
     function unique(values) {
       var seen = {};
@@ -68,8 +93,14 @@
         return Object.prototype.hasOwnProperty.call(seen, v) ? false : (seen[v] = true);
       });
     }
-    function ordered(list, keys) {  // distinct combinations of `keys`, by each key's order of first appearance
-      var orders = keys.map(function (key) { return unique(list.map(function (c) { return c[key]; })); });
+    // Distinct combinations of `keys`, by each key's order of first appearance; for the rows, a value the id leaves
+    // out (no flow) first, so a layout's plain row comes before the rows of its flows
+    function ordered(list, keys) {
+      var orders = keys.map(function (key) {
+        var values = unique(list.map(function (c) { return c[key]; }));
+        var plain = keys === D.matrix.row ? values.filter(function (v) { return omitted(key, v); }) : [];
+        return plain.concat(values.filter(function (v) { return plain.indexOf(v) < 0; }));
+      });
       function rank(value) { return value.split(SEP).map(function (v, k) { return orders[k].indexOf(v); }); }
       return unique(list.map(function (c) { return combo(c, keys); })).sort(function (a, b) {
         var ra = rank(a), rb = rank(b);

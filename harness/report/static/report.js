@@ -105,9 +105,11 @@
     if (built[key]) { return; }
     // A row says what its group does not: the reason after the group's title (or its entries' cause, sections.py)
     var title = (group.querySelector(".cause") || group.querySelector(".why")).textContent;
+    var changed = !!group.closest("#changed");  // a group of what changed against a base run: what it was there
     var rows = D.g[key].map(function (i) {
       var c = cases[i], note = c.reason;
       if (note.indexOf(title) === 0) { note = note.slice(title.length).replace(/^;\s*/, ""); }
+      if (changed && D.changes[i]) { note = R.changeText(D.changes[i]) + (note ? "; now: " + note : ""); }
       return caseRow(c, note);
     }).join("");
     group.querySelector(".rows").innerHTML = '<table class="cases"><tbody>' + rows + "</tbody></table>";
@@ -127,16 +129,20 @@
     }
     return !(st.failures && !BAD[c.status]) && (!st.q || found(c, st.q));
   }
-  // The search: a part of the case's id, or of the title or key of a known-issue entry it carries
+  // The search: a part of the case's id, of its reason (an error's words, "expected refusal", a known issue's
+  // traced cause), or of the title, key or kind of finding of a known-issue entry it carries
   function found(c, q) {
-    return c.case_id.toLowerCase().indexOf(q) >= 0 || (c.known_issues || []).some(function (k) {
-      return (D.v[k].title + " " + D.v[k].key).toLowerCase().indexOf(q) >= 0;
-    });
+    return c.case_id.toLowerCase().indexOf(q) >= 0 || c.reason.toLowerCase().indexOf(q) >= 0 ||
+      (c.known_issues || []).some(function (k) {
+        return (D.v[k].title + " " + D.v[k].key + " " + D.v[k].severity).toLowerCase().indexOf(q) >= 0;
+      });
   }
   function caseOf(el) { return cases[Number(el.getAttribute("data-i"))]; }
+  // The filters hide rows and cells; an opened case stays open, marked when the filters would hide it
   function applyTo(scope, st) {
-    scope.querySelectorAll("tr.case-row, details.case").forEach(function (el) {
-      el.hidden = !matches(caseOf(el), st);
+    scope.querySelectorAll("tr.case-row").forEach(function (el) { el.hidden = !matches(caseOf(el), st); });
+    scope.querySelectorAll("details.case").forEach(function (el) {
+      el.classList.toggle("filtered-out", !matches(caseOf(el), st));
     });
     scope.querySelectorAll("table.matrix").forEach(function (table) { matrix.filter(table, st); });
   }
@@ -180,7 +186,7 @@
       if (note) { note.hidden = !!section.querySelector("tr.case-row:not([hidden]), details.group:not([hidden])," +
         " details.section:not([hidden])"); }
     });
-    place.show(!!opened.querySelector("details.case:not([hidden])"));
+    place.show(!!opened.querySelector("details.case"));
     document.getElementById("shown-count").textContent = "Showing " + shown + " of " + cases.length + " cases";
   }
   function fromQuery() {
@@ -211,16 +217,17 @@
   // closing), `how.focus`: focus the case, `how.push`: a new entry in the history.
   function openCase(c, how) {
     if (!c) { return null; }
-    if (!matches(c, state())) { form.reset(); apply(); }  // the filters hid it
     var d = document.getElementById(c.anchor);
     if (!d) {
       d = document.createElement("details");
       d.className = "case";
       d.id = c.anchor;
       d.setAttribute("data-i", String(c.i));
-      d.innerHTML = "<summary>" + R.badge(c.status) + " <code>" + esc(c.case_id) + "</code></summary>" +
+      d.innerHTML = "<summary>" + R.badge(c.status) + " <code>" + esc(c.case_id) + "</code>" +
+        '<span class="hidden-note muted"> (the filters hide it in the lists)</span></summary>' +
         '<div class="case-body"></div>';
     }
+    d.classList.toggle("filtered-out", !matches(c, state()));  // opened all the same: the filters stay as set
     if (how.from) { place.keep(d.id, how.from); }
     opened.insertBefore(d, opened.firstChild);
     place.show(true);
@@ -258,7 +265,23 @@
     if (c) {
       e.preventDefault();
       openCase(c, {from: a, focus: true, push: true});
+    } else if (a) {
+      goTo(a.getAttribute("href"), e);
     }
+  }
+  // A link to a place on the page (a known issue's listing, a section): scrolled to, its closed sections opened,
+  // without touching the URL, whose fragment names the case on top of the panel (which stays open)
+  function goTo(href, e) {
+    var id = href.slice(1), target = null;
+    try { target = document.getElementById(decodeURIComponent(id)); } catch (err) { target = null; }
+    if (!target) { return; }
+    e.preventDefault();
+    for (var up = target.parentElement; up; up = up.parentElement) {
+      if (up.tagName === "DETAILS" && !up.open) { up.open = true; }
+    }
+    target.scrollIntoView({block: "start"});
+    target.classList.add("went-to");
+    window.setTimeout(function () { target.classList.remove("went-to"); }, 2000);
   }
   function filtered(push) { apply(); place.remember(push); }
 
