@@ -227,6 +227,15 @@ class _Run:
         return handover.RunStopped(line, results, left)
 
 
+def _with_rank_death(result: CaseResult, death: dict | None) -> CaseResult:
+    """The earlier attempt a rank's native death ended, kept whatever the rerun's verdict (harness.run.launch); a
+    PASS says it in its reason, so every view that lists a passing case's note shows it."""
+    result.rank_death = death
+    if death and result.status is Status.PASS and not result.reason:
+        result.reason = f"PASS on its rerun in a fresh group; in its first attempt {death['error']}"
+    return result
+
+
 def _rank_deaths_line(results: list[CaseResult]) -> str:
     """'rank deaths: 1 (a native signal; each case ran once more in a fresh group): <case> PASS on its rerun'."""
     died = [result for result in results if result.rank_death]
@@ -330,7 +339,7 @@ def _launch_all(cases, settings: Settings, report_dir: Path, issues, refusals: d
             result = judge(outcome, settings)
             result = apply_known_issues(apply_expected_refusal(result, refusals.get(result.case_id)), issues)
             result = note_repro(result, outcome.case)
-            result.rank_death = outcome.record.rank_death  # kept whatever the rerun's verdict (harness.run.launch)
+            result = _with_rank_death(result, outcome.record.rank_death)
             prune_images(result, report_dir / "images", settings.images)
             done[result.case_id] = result
             partial.write(json.dumps(result.to_dict()) + "\n")

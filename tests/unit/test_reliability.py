@@ -143,6 +143,7 @@ def test_a_case_whose_rank_dies_in_native_code_runs_once_more_in_a_fresh_group_a
     death = results[ONCE].rank_death or {}
     assert re.fullmatch(ABORTED, death.get("error", "")), death
     assert death["traceback"].startswith("Fatal Python error: Aborted"), death["traceback"]
+    assert results[ONCE].reason == f"PASS on its rerun in a fresh group; in its first attempt {death['error']}"
     assert results["qwenimage/ulysses2/native/fp32/tensor"].rank_death is None
     assert any(line.startswith(f"  {ONCE}: rank 1 died during the case") and "once more in a fresh group" in line
                for line in said), said
