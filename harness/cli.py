@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--report-dir", dest="report_dir", default="reports/selftest", help="Where to write.")
     selftest.add_argument("--localize", action="store_true",
                           help="Instead: a bug in one module each; localization must name that module first.")
+    selftest.add_argument("--flows", default=None, metavar="FLOWS",
+                          help="Only the generated controls of these flows, comma-separated, or all (every rank but "
+                               "rank 0 leaves the flow's calls out); default: every control and every flow's.")
     models = commands.add_parser("models", help="List diffusers' transformers with a parallel plan and the harness's "
                                                 "coverage.")
     models.add_argument("--check", action="store_true", help="Also check each plan against the module tree (meta "
@@ -230,7 +233,14 @@ def cmd_selftest(args) -> int:
     warm.start_early(settings)  # before this process imports torch and diffusers (the selftest's): they overlap
     from harness.run.selftest import localize_selftest, selftest
 
-    return (localize_selftest if args.localize else selftest)(settings)
+    if args.localize:
+        return localize_selftest(settings)
+    if args.flows is None:
+        return selftest(settings)
+    from harness import flows
+
+    chosen = None if args.flows == "all" else [flows.value_of(name).name for name in args.flows.split(",")]
+    return selftest(settings, flow_values=chosen, table=False)
 
 
 def cmd_report(args) -> int:

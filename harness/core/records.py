@@ -133,6 +133,10 @@ class CaseRecord:
     # Each rank's nn.Linear calls at each step of a flow's denoising loop (harness.flows.denoising): what every rank
     # decided at every step; None: the case ran once
     steps: list[list[int] | None] | None = None
+    step_labels: list[str] | None = None  # what each entry of a rank's `steps` was: "step 0 cond", "step 0 uncond", ...
+    # What the calls of a flow (harness.flows) changed of the model on each rank, one line per change
+    # (harness.flows.state); None: the case has no flow
+    flow_changes: list[list[str] | None] | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     # The launcher's, not a rank's: the earlier attempt of this case that a rank's native death ended ({"error",
     # "traceback": the dead rank's own stack}); the case then ran once more in a fresh group (harness.run.launch)

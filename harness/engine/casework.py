@@ -30,7 +30,7 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
     loaded = _check_load(context, case, reference, built) if checkpoint else None
     with faults.active(case.fault):
         with context.phase("parallel setup"):
-            context.apply_layout(case, built)
+            flow_changes = context.apply_layout(case, built)
         compiled = _compile(context, case, built)
         backends.reset_dispatches()
         recorder = compiled or RunRecorder(built.module, built.kernel_scope)
@@ -53,7 +53,9 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
                     "kernels": recorder.executed(), "output_placements": placements, "functions": functions,
                     "expected_function": backends.expected_function(case.backend),
                     "compiled": compiled.figures() if compiled else None, "load": loaded,
-                    "steps": built.denoising.work if built.denoising else None, **proof}
+                    "steps": built.denoising.work if built.denoising else None,
+                    "step_labels": built.denoising.labels if built.denoising else None, "flow_changes": flow_changes,
+                    **proof}
 
 
 def _check_load(context: RankContext, case: Case, reference, built) -> dict:
@@ -104,22 +106,33 @@ def _prove_comms(case: Case, built, recorder: RunRecorder | CompiledRun) -> dict
 def flow_reference(context: RankContext, baselines: Baselines, case: Case) -> tuple[object, dict | None]:
     """The case's reference, and what its flow did: the captured file (None), or for a flow (harness.flows) the fp32
     output of one device that made the same calls on the file's weights and inputs, with how far those calls moved
-    it from the file (`effect`) or why that one-device run failed (`error`: the file stays, and the case cannot be
-    judged)."""
+    it from the file (`effect`), how far each call moved it from the call before (`calls`), and how far it ended from
+    the model the calls must equal (`equals`); or why that one-device run failed (`error`: the file stays, and the
+    case cannot be judged)."""
     reference = context.reference(case)
     value = flows.value_of(case.flow)
     if value.flow is None:
         return reference, None
-    facts = {"call": value.flow.help, "position": value.position, "changes_numbers": value.flow.changes_numbers,
-             "keeps_numbers": value.flow.keeps_numbers}
+    facts = {"position": value.position, "changes_numbers": value.flow.changes_numbers,
+             "calls": [{"text": call.text, "declared": call.effect, "moved": None} for call in value.flow.calls]}
     one = replace(case, layout=Layout("single"), backend="native", dtype="fp32", mode=EAGER, load=ENABLE, fault=None)
     output = baselines.of(one)
     if isinstance(output, str):
         return reference, {**facts, "error": output}
-    flowed, effect = kind_of(case.kind).flow_reference(reference, output)
+    kind, record = kind_of(case.kind), baselines.record_of(one)
+    flowed, effect = kind.flow_reference(reference, output)
+    outputs = [reference.output, *record.between, output]
+    if len(outputs) == len(facts["calls"]) + 1:  # one device's output before and after each call
+        for call, before, after in zip(facts["calls"], outputs, outputs[1:], strict=False):
+            call["moved"] = kind.flow_reference(replace(reference, output=before), after)[1]
+    equals = value.flow.equals
+    if equals is not None and record.equals is not None:
+        facts["equals"] = {"text": equals.text}
+        if isinstance(record.equals, str):
+            facts["equals"]["error"] = record.equals
+        else:
+            facts["equals"]["diff"] = kind.flow_reference(replace(reference, output=record.equals), output)[1]
     return flowed, {**facts, "effect": effect}
-
-
 def measure(context: RankContext, baselines: Baselines, case: Case, output) -> dict:
     """The kind's metrics against the reference and the single-device baseline of the case's dtype (and the other
     draws of its noise where the kind judges by them)."""
@@ -129,4 +142,7 @@ def measure(context: RankContext, baselines: Baselines, case: Case, output) -> d
     draws = {name: baselines.of(case, draw=name) for name in kind.draws_for(case)}
     with context.phase("metrics and images"):
         metrics = kind.measure(output, reference, baseline, case, context.images_dir, draws)
-    return metrics if flow is None else {**metrics, "flow": flow}
+    if flow is None:
+        return metrics
+    record = baselines.record_of(case)  # what the same calls changed of the model on one device, in the case's dtype
+    return {**metrics, "flow": {**flow, "one_device_changes": record.changes if record is not None else None}}

@@ -62,28 +62,37 @@ class RankContext:
         with self.phase("model build"):
             return kind_of(case.kind).build(case, reference, self.device, load)
 
-    def apply_layout(self, case: Case, built) -> None:
+    def apply_layout(self, case: Case, built) -> list[str] | None:
         """diffusers' own `enable_parallelism` (unless the model's load gave `from_pretrained` the config), with the
         case's flow (harness.flows) called before or after it, then what the kind adds on the mesh (the data-parallel
-        engine). PyTorch's context parallelism is not applied here: it wraps the run (`torch_context_parallel`)."""
+        engine); what the flow's calls changed of the model on this rank (None: no flow). PyTorch's context
+        parallelism is not applied here: it wraps the run (`torch_context_parallel`)."""
         mesh = None if built.own_mesh else self.mesh(case.layout)
         config = None if load_of(case.load).checkpoint else case.layout.diffusers_config(mesh)
         flow = flows.value_of(case.flow)
         setting = flows.Setting(self.device, case.backend, torch_dtype(case.dtype), config, built.cp_plan,
                                 built.pipeline, built.denoising)
-        flow.call_at(flows.BEFORE, built.module, setting)
+        before = flows.make_at(flow, flows.BEFORE, built.module, setting)
         if config is not None:
             built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
-        flow.call_at(flows.AFTER, built.module, setting)
+        after = flows.make_at(flow, flows.AFTER, built.module, setting)
         if built.parallelize is not None:
             built.parallelize(mesh)
+        return before if before is not None else after
 
-    def flow_on_one_device(self, case: Case, built) -> None:
-        """The calls of the case's flow on a one-device build of it (no parallelism to come before or after): what
-        a flow case is judged against, and traced against where it fails."""
-        setting = flows.Setting(self.device, case.backend, torch_dtype(case.dtype), pipeline=built.pipeline,
-                                denoising=built.denoising)
-        flows.value_of(case.flow).call(built.module, setting)
+    def flow_on_one_device(self, case: Case, built, after_each=None) -> list[str] | None:
+        """The calls of the case's flow on a one-device build of it (no parallelism to come before or after), with
+        `after_each(index, call)` between them: what a flow case is judged against, and traced against where it
+        fails; what they changed of the model (None: no flow)."""
+        value = flows.value_of(case.flow)
+        if value.flow is None:
+            return None
+        return flows.make(value.flow, built.module, self.one_device_setting(case, built), after_each)
+
+    def one_device_setting(self, case: Case, built) -> flows.Setting:
+        """What a flow's call is given on one device: no parallel config."""
+        return flows.Setting(self.device, case.backend, torch_dtype(case.dtype), pipeline=built.pipeline,
+                             denoising=built.denoising)
 
     def torch_context_parallel(self, case: Case, built):
         """PyTorch's `context_parallel` around the run for a tcp layout (harness.rank.torch_cp); else nothing."""

@@ -75,7 +75,8 @@ class Worker:
                 dist.all_gather_object(gathered, {"error": error, "peak_mem_mb": self.work.peak_memory_mb(),
                                                   "seconds": seconds, "shape": shape,
                                                   "load": info.get("load") if info else None,
-                                                  "steps": info.get("steps") if info else None})
+                                                  "steps": info.get("steps") if info else None,
+                                                  "flow_changes": info.get("flow_changes") if info else None})
                 differences = self.rank_differences(compared, gathered)
             if self.rank == 0:
                 record = self.record(case, output, info, gathered)
@@ -148,7 +149,9 @@ class Worker:
                           output_placements=info["output_placements"], functions=info["functions"],
                           expected_function=info["expected_function"], comms=info.get("comms"),
                           comms_expected=info.get("comms_expected", []), compiled=info.get("compiled"),
-                          load=loaded(gathered), steps=stepped(gathered), metrics=metrics)
+                          load=loaded(gathered), steps=stepped(gathered), step_labels=info.get("step_labels"),
+                          flow_changes=flow_changes(gathered),
+                          metrics=metrics)
 
     def report(self, record: CaseRecord) -> None:
         """The case's record to the launcher; one that cannot be written (a value no JSON holds) is the case's
@@ -177,6 +180,11 @@ def loaded(gathered: list[dict]) -> dict | None:
 def stepped(gathered: list[dict]) -> list[list[int]] | None:
     """Each rank's work per step of a case's denoising loop (harness.flows.denoising); None: the case ran once."""
     return None if gathered[0].get("steps") is None else [each.get("steps") for each in gathered]
+
+
+def flow_changes(gathered: list[dict]) -> list[list[str] | None] | None:
+    """What a flow's calls changed of the model on each rank (harness.flows.state); None: the case has no flow."""
+    return None if gathered[0].get("flow_changes") is None else [each.get("flow_changes") for each in gathered]
 
 
 def init_distributed() -> tuple[int, int]:

@@ -1,6 +1,8 @@
-"""Faults in what users call around `enable_parallelism` (harness.flows): a LoRA scale that reaches one rank only, a
-fused projection built wrong on one rank, and an adapter that comes out different on the other ranks. Each acts on
-the calls the flow makes, never on the one-device run."""
+"""Faults in what users call around `enable_parallelism` (harness.flows): calls that every rank but rank 0 leaves
+out (all of them, or the last: a user's `if rank == 0:` around them; the selftest runs one of each for every flow,
+harness.run.flow_controls), a LoRA scale that reaches one rank only, a fused projection built wrong on one rank, and
+an adapter that comes out different on the other ranks. Each acts on the calls the flow makes, never on the
+one-device run (rank 0's own)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,24 @@ def _not_rank_zero() -> bool:
     import torch.distributed as dist
 
     return dist.is_initialized() and dist.get_rank() != 0
+
+
+def _calls_left_out(left_out):
+    """Every rank but rank 0 makes the flow's calls less `left_out(n)` of its `n` last ones."""
+    from harness.flows import calls
+
+    return patched(calls, "to_make",
+                   lambda flow: len(flow.calls) - (left_out(len(flow.calls)) if _not_rank_zero() else 0))
+
+
+@fault("flows: every rank but rank 0 makes none of the flow's calls (a user's `if rank == 0:` around them)")
+def flow_calls_rank0_only():
+    return _calls_left_out(lambda count: count)
+
+
+@fault("flows: every rank but rank 0 leaves out the flow's last call (a user's `if rank == 0:` around it)")
+def flow_last_call_rank0_only():
+    return _calls_left_out(lambda count: 1)
 
 
 @fault("flows: the adapter weights given to set_adapters reach rank 0 only; every other rank keeps the adapter at its "

@@ -1,15 +1,26 @@
 """What users do around `enable_parallelism` (the `flow` axis): one module per family, each flow registered by
 `@flow` on its own code (harness.flows.registry). Importing the package imports every family, so the registry is whole
-wherever it is read.
+wherever it is read; a flow of your own is a module named in the environment variable `HARNESS_FLOWS`
+(comma-separated, importable from every rank) that registers it with `@flow` when imported: the plan, the ids, the
+ranks, the selftest's generated control and the reports then take it with no other file touched.
 """
 
+import importlib
+import os
+
+from harness.core.errors import HarnessError
 from harness.flows import adapters, attention, caches, memory, parallel  # noqa: F401 - each family registers its flows
+from harness.flows.calls import make, make_at
 from harness.flows.registry import (
     AFTER,
     BEFORE,
+    CHANGES,
+    KEEPS,
     NONE,
     REGISTERED,
     VALUES,
+    Call,
+    Equivalent,
     Flow,
     FlowValue,
     Refused,
@@ -17,8 +28,18 @@ from harness.flows.registry import (
     flow,
     quick_values,
     refusal_of,
+    sets_backend,
     value_of,
 )
 
-__all__ = ["AFTER", "BEFORE", "NONE", "REGISTERED", "VALUES", "Flow", "FlowValue", "Refused", "Setting", "flow",
-           "quick_values", "refusal_of", "value_of"]
+ENV = "HARNESS_FLOWS"
+
+for _module in filter(None, (name.strip() for name in os.environ.get(ENV, "").split(","))):
+    try:
+        importlib.import_module(_module)
+    except ImportError as error:
+        raise HarnessError(f"{ENV}: cannot import flow module {_module!r} ({error})") from None
+
+__all__ = ["ENV", "AFTER", "BEFORE", "CHANGES", "KEEPS", "NONE", "REGISTERED", "VALUES", "Call", "Equivalent", "Flow",
+           "FlowValue", "Refused", "Setting", "flow", "make", "make_at", "quick_values", "refusal_of", "sets_backend",
+           "value_of"]

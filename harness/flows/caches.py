@@ -9,32 +9,37 @@ case says so (`cache_reuse`).
 
 from __future__ import annotations
 
-from harness.flows.registry import flow
+from harness.flows.registry import Call, Equivalent, flow
 
 STEPS = 5  # the loop's steps: room for a warm-up, reuses and full steps between them
-DISTILLED = True  # the loop runs no unconditional branch, as a guidance-distilled model's pipeline does
+DISTILLED = True  # FasterCache is told each call is one branch: the loop calls the branches apart, each in its context
+# A pipeline opens a cache context per branch of guidance (`cond`, `uncond`) so that a cache keeps a state for each: the
+# same loop with a model of its own per branch is what the cached loop must equal (on a loop of one branch, itself)
+PER_BRANCH = Equivalent("the same cache on a model of its own for each branch (cond, uncond): no state shared",
+                        per_context=True)
 
 
 def _cache(hooks_module: str) -> dict:
     """What every cache flow declares: the diffusers module of its cache (a release without it: SKIP), the model's
-    `enable_cache` and the loop its case runs. Not `changes_numbers`: the loop's one-device output is far from the
-    captured single forward whatever the cache does; what proves the cache acted is a step that computed less
-    (`cache_reuse`, harness.run.decisions)."""
-    return {"needs": (f"diffusers.hooks.{hooks_module}",), "needs_api": ("enable_cache",), "steps": STEPS}
+    `enable_cache` and the loop its case runs. Its one call declares no effect on the numbers: the loop's one-device
+    output is far from the captured single forward whatever the cache does; what proves the cache acted is a step
+    that computed less (`cache_reuse`, harness.run.decisions)."""
+    return {"needs": (f"diffusers.hooks.{hooks_module}",), "needs_api": ("enable_cache",), "steps": STEPS,
+            "equals": PER_BRANCH}
 
 
 # Each rank decides on its own chunk under context parallelism and the ranks deadlock (a TIMEOUT after the case's
 # time limit, which no entry excuses): the quick plan runs it in neither position (docs/flows.md)
-@flow("model.enable_cache(FirstBlockCacheConfig(threshold=0.5)): the remaining blocks reused while the first "
-      "block's residual changes by less than half", **_cache("first_block_cache"), quick=())
+@flow(Call("model.enable_cache(FirstBlockCacheConfig(threshold=0.5)): the remaining blocks reused while the first "
+           "block's residual changes by less than half"), **_cache("first_block_cache"), quick=())
 def cache_fbc(module, setting):
     from diffusers.hooks import FirstBlockCacheConfig
 
     module.enable_cache(FirstBlockCacheConfig(threshold=0.5))
 
 
-@flow("model.enable_cache(PyramidAttentionBroadcastConfig(spatial_attention_block_skip_range=2, "
-      "spatial_attention_timestep_skip_range=(100, 800), current_timestep_callback=<the loop's timestep>))",
+@flow(Call("model.enable_cache(PyramidAttentionBroadcastConfig(spatial_attention_block_skip_range=2, "
+           "spatial_attention_timestep_skip_range=(100, 800), current_timestep_callback=<the loop's timestep>))"),
       **_cache("pyramid_attention_broadcast"))
 def cache_pab(module, setting):
     from diffusers.hooks import PyramidAttentionBroadcastConfig
@@ -44,9 +49,10 @@ def cache_pab(module, setting):
         current_timestep_callback=setting.denoising.current_timestep))
 
 
-@flow("model.enable_cache(FasterCacheConfig(spatial_attention_block_skip_range=2, "
-      "spatial_attention_timestep_skip_range=(-1, 700), is_guidance_distilled=True, current_timestep_callback=<the "
-      "loop's timestep>, attention_weight_callback=lambda _: 0.5))", **_cache("faster_cache"))
+@flow(Call("model.enable_cache(FasterCacheConfig(spatial_attention_block_skip_range=2, "
+           "spatial_attention_timestep_skip_range=(-1, 700), is_guidance_distilled=True, "
+           "current_timestep_callback=<the loop's timestep>, attention_weight_callback=lambda _: 0.5))"),
+      **_cache("faster_cache"))
 def cache_faster(module, setting):
     from diffusers.hooks import FasterCacheConfig
 
@@ -57,8 +63,8 @@ def cache_faster(module, setting):
         attention_weight_callback=lambda _: 0.5))
 
 
-@flow("model.enable_cache(TaylorSeerCacheConfig(cache_interval=2, disable_cache_before_step=1, max_order=1, "
-      "taylor_factors_dtype=<the case's dtype>))", **_cache("taylorseer_cache"))
+@flow(Call("model.enable_cache(TaylorSeerCacheConfig(cache_interval=2, disable_cache_before_step=1, max_order=1, "
+           "taylor_factors_dtype=<the case's dtype>))"), **_cache("taylorseer_cache"))
 def cache_taylorseer(module, setting):
     from diffusers.hooks import TaylorSeerCacheConfig
 
@@ -66,9 +72,9 @@ def cache_taylorseer(module, setting):
                                               taylor_factors_dtype=setting.dtype))
 
 
-@flow("model.enable_cache(MagCacheConfig(threshold=0.5, max_skip_steps=2, num_inference_steps=<the loop's steps>, "
-      "mag_ratios=[1.0] * steps)): flat magnitude ratios, as calibrating a model whose residuals barely change gives",
-      **_cache("mag_cache"))
+@flow(Call("model.enable_cache(MagCacheConfig(threshold=0.5, max_skip_steps=2, num_inference_steps=<the loop's "
+           "steps>, mag_ratios=[1.0] * steps)): flat magnitude ratios, as calibrating a model whose residuals barely "
+           "change gives"), **_cache("mag_cache"))
 def cache_mag(module, setting):
     from diffusers.hooks import MagCacheConfig
 
@@ -77,8 +83,9 @@ def cache_mag(module, setting):
                                        mag_ratios=[1.0] * steps))
 
 
-@flow("model.enable_cache(SeaCacheConfig(threshold=0.5, raw_vision_callback=<the packed latents as one frame>)), the "
-      "loop's cache_context carrying step_index, sigma and num_inference_steps", **_cache("sea_cache"))
+@flow(Call("model.enable_cache(SeaCacheConfig(threshold=0.5, raw_vision_callback=<the packed latents as one "
+           "frame>)), the loop's cache_context carrying step_index, sigma and num_inference_steps"),
+      **_cache("sea_cache"))
 def cache_sea(module, setting):
     from diffusers.hooks import SeaCacheConfig
 

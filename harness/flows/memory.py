@@ -3,21 +3,21 @@ pipeline's model CPU offload, each as diffusers' memory guide writes it."""
 
 from __future__ import annotations
 
-from harness.flows.registry import AFTER, BEFORE, Refused, flow
+from harness.flows.registry import AFTER, BEFORE, CHANGES, KEEPS, Call, Refused, flow
 
 TP_MODULE = "diffusers.hooks.tensor_parallel"
 
 
-@flow("model.enable_layerwise_casting(storage_dtype=torch.bfloat16, compute_dtype=<the case's dtype>)",
-      needs_api=("enable_layerwise_casting",), changes_numbers=True)
+@flow(Call("model.enable_layerwise_casting(storage_dtype=torch.bfloat16, compute_dtype=<the case's dtype>)",
+           CHANGES), needs_api=("enable_layerwise_casting",))
 def layerwise_casting(module, setting):
     import torch
 
     module.enable_layerwise_casting(storage_dtype=torch.bfloat16, compute_dtype=setting.dtype)
 
 
-@flow("model.enable_group_offload(onload_device=<the rank's device>, offload_type='block_level', "
-      "num_blocks_per_group=1)", needs_api=("enable_group_offload",),
+@flow(Call("model.enable_group_offload(onload_device=<the rank's device>, offload_type='block_level', "
+           "num_blocks_per_group=1)", KEEPS), needs_api=("enable_group_offload",),
       refused=(Refused(BEFORE, "tp", "has group offloading enabled, which cannot be combined with tensor", TP_MODULE,
                        "_check_tp_supported, from enable_parallelism"),
                Refused(AFTER, "tp", "be group-offloaded", "diffusers.models.modeling_utils",
@@ -26,8 +26,9 @@ def group_offload(module, setting):
     module.enable_group_offload(onload_device=setting.device, offload_type="block_level", num_blocks_per_group=1)
 
 
-@flow("pipe.enable_model_cpu_offload(device=<the rank's device>): the pipeline's models kept on the CPU, each moved to "
-      "the accelerator while it runs", kinds=("image",), needs=("accelerate",), needs_accelerator=True,
+@flow(Call("pipe.enable_model_cpu_offload(device=<the rank's device>): the pipeline's models kept on the CPU, each "
+           "moved to the accelerator while it runs", KEEPS), kinds=("image",), needs=("accelerate",),
+      needs_accelerator=True,
       refused=(Refused(BEFORE, "tp", "is placed by accelerate", TP_MODULE,
                        "_check_tp_supported, from enable_parallelism"),
                Refused(AFTER, "tp", "be CPU-offloaded (model or sequential)", "diffusers.pipelines.pipeline_utils",

@@ -9,6 +9,7 @@ diffusers inside its body.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,17 +57,42 @@ class Setting:
     denoising: object | None = None  # the case's denoising loop (harness.flows.denoising) for a flow with `steps`
 
 
+CHANGES, KEEPS = "changes", "keeps"  # what a call must do to one device's output (`Call.effect`)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call a flow makes, as a user writes it, and what it must do to one device's output: CHANGES it beyond
+    the kind's limit from the output before the call, KEEPS it within that limit, or None: not judged on one run (a
+    cache's, which decides per step: its loop's record judges it)."""
+
+    text: str
+    effect: str | None = None
+
+
+@dataclass(frozen=True)
+class Equivalent:
+    """The model a flow's calls must give, reached another way on a fresh one-device build (a hot swap: the second
+    LoRA loaded directly): `code(module, setting)`, or None for the plain model (an unload gives it back); or, for a
+    flow whose loop guides (`per_context`), the flow's own calls on a model of its own for each branch of the loop,
+    so that no branch can see another's state (a cache keeps a state per cache context)."""
+
+    text: str
+    code: Callable | None = None
+    per_context: bool = False
+
+
 @dataclass(frozen=True)
 class Flow:
     name: str
-    help: str  # the calls, as a user writes them
-    call: Callable  # its code: call(module, setting) on the case's model (`Setting`)
+    calls: tuple[Call, ...]  # what it calls, in order: its code yields after each (harness.flows.calls)
+    code: Callable  # code(module, setting) on the case's model (`Setting`): a generator of one step per call, or a
+    # function for a flow of one call
+    equals: Equivalent | None = None  # one device after the calls must equal this (None: nothing to hold it to)
     layouts: str = "any"  # the layouts it exists on: "cp", "tp" or "any" parallel layout (one device runs it too)
     positions: tuple[str, ...] = (BEFORE, AFTER)
     needs: tuple[str, ...] = ()  # importable packages (a plan-time SKIP without them)
     needs_api: tuple[str, ...] = ()  # methods the model class must have on the installed release (else SKIP)
-    changes_numbers: bool = False  # the flow alters the output (a LoRA): its one-device run must differ from the file
-    keeps_numbers: bool = False  # the flow gives the plain model back (an unload): its one-device run must not differ
     refused: tuple[Refused, ...] = ()
     kinds: tuple[str, ...] = ("tensor",)  # the case kinds it runs on (harness.kinds: each kind's `flow_slice`)
     needs_accelerator: bool = False  # it moves weights between the CPU and an accelerator: SKIP on a CPU-only machine
@@ -74,9 +100,38 @@ class Flow:
     # the positions the quick plan runs (the full plan and `--flows all` run every one); a position left out is a
     # finding no entry can excuse yet, said where it is declared
     quick: tuple[str, ...] = (BEFORE, AFTER)
+    # it sets the attention backend itself (the distributed-inference guide's order): the case's build leaves the
+    # model's default, as a user's loaded model has it
+    sets_backend: bool = False
+
+    @property
+    def help(self) -> str:
+        """The calls as a user writes them, in order."""
+        return ", then ".join(call.text for call in self.calls)
+
+    @property
+    def changes_numbers(self) -> bool:
+        """Its calls leave one device's output elsewhere than the plain model's (a LoRA stays loaded)."""
+        return any(call.effect == CHANGES for call in self.calls) and not self.restores
+
+    @property
+    def restores(self) -> bool:
+        """Its calls give the plain model back (a LoRA loaded, then unloaded)."""
+        return self.equals is not None and self.equals.code is None and not self.equals.per_context
 
     def exists_on(self, layout) -> bool:
         return layout.world_size == 1 or on_layouts(self.layouts, layout)
+
+    def stepwise(self, module, setting: Setting):
+        """Its code as a generator of one step per call (harness.flows.calls): nothing runs before a step is asked."""
+        if inspect.isgeneratorfunction(self.code):
+            return self.code(module, setting)
+        return _one_call(self.code, module, setting)
+
+
+def _one_call(code: Callable, module, setting: Setting):
+    code(module, setting)
+    yield
 
 
 @dataclass(frozen=True)
@@ -91,32 +146,27 @@ class FlowValue:
     def before(self) -> bool:
         return self.flow is not None and self.position == BEFORE
 
-    def call_at(self, position: str, module, setting: Setting) -> None:
-        """The flow's calls on `module` if it comes at `position` (around enable_parallelism); else nothing."""
-        if self.flow is not None and self.position == position:
-            self.flow.call(module, setting)
-
-    def call(self, module, setting: Setting) -> None:
-        """The flow's calls on one device, where there is no parallelism to come before or after."""
-        if self.flow is not None:
-            self.flow.call(module, setting)
-
 
 REGISTERED: dict[str, Flow] = {}
 VALUES: dict[str, FlowValue] = {NONE: FlowValue(NONE)}  # the axis's values, both positions of every flow
 
 
-def flow(help: str, **declared):
-    """Register the decorated function as the flow of its own name (both positions unless `positions` says)."""
-    def register(call: Callable) -> Callable:
-        name = call.__name__
+def flow(*calls: Call, **declared):
+    """Register the decorated function as the flow of its own name, making `calls` in order (both positions unless
+    `positions` says). A flow of several calls is a generator that yields after each, so that one device's output
+    can be taken between them and a control can leave the last one out; a flow of one call may simply return."""
+    def register(code: Callable) -> Callable:
+        name = code.__name__
         if name in REGISTERED or name == NONE or name.endswith(SUFFIX):
-            raise ValueError(f"flow {name!r} is registered twice or named like an axis value ({call.__module__})")
-        found = REGISTERED[name] = Flow(name, help, call, **declared)
+            raise ValueError(f"flow {name!r} is registered twice or named like an axis value ({code.__module__})")
+        if not calls or (len(calls) > 1 and not inspect.isgeneratorfunction(code)):
+            raise ValueError(f"flow {name!r} declares {len(calls)} calls: it needs one at least, and a generator that "
+                             f"yields after each for several ({code.__module__})")
+        found = REGISTERED[name] = Flow(name, calls, code, **declared)
         for position in found.positions:
             value = name if position == BEFORE else name + SUFFIX
             VALUES[value] = FlowValue(value, found, position)
-        return call
+        return code
 
     return register
 
@@ -124,6 +174,12 @@ def flow(help: str, **declared):
 def quick_values() -> list[str]:
     """The flow axis's values the quick plan runs: the default and each flow at the positions it declares `quick`."""
     return [name for name, value in VALUES.items() if value.flow is None or value.position in value.flow.quick]
+
+
+def sets_backend(name: str) -> bool:
+    """Whether the flow value `name` sets the attention backend itself: the case's build leaves the default."""
+    found = value_of(name).flow
+    return found is not None and found.sets_backend
 
 
 def value_of(name: str) -> FlowValue:

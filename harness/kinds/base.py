@@ -74,12 +74,13 @@ TORCH_CP_NOT_SCRIPTED = ("a case under PyTorch's context parallelism is not scri
                          "enable_parallelism); diffusers' context-parallel layouts are")
 
 # The checks every kind's cases get besides its own (harness.run.verdict); `graph_break` under `--fullgraph` only,
-# `load_shards` and `load_config` for the checkpoint loads only (harness.loads), `flow_effect` for the flows that
-# must change the numbers (harness.flows), `cache_decisions` and `cache_reuse` for the flows that run a denoising loop
-# (a cache: harness.run.decisions).
+# `load_shards` and `load_config` for the checkpoint loads only (harness.loads), `flow_effect`, `flow_equals` and
+# `flow_calls` for the flows (harness.run.flow_checks), `cache_decisions` and `cache_reuse` for the flows that run a
+# denoising loop (a cache: harness.run.decisions).
 COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output placements", figure=False),
                  "graph_break": Check(), "load_shards": Check("ranks' parameters", figure=False),
-                 "load_config": Check(figure=False), "flow_effect": Check(),
+                 "load_config": Check(figure=False), "flow_effect": Check(), "flow_equals": Check(),
+                 "flow_calls": Check("ranks", figure=False),
                  "cache_decisions": Check("steps", figure=False), "cache_reuse": Check(figure=False)}
 
 # The layout families (each with a backend that runs it) the full plan compiles on a model or two besides every model
@@ -137,6 +138,7 @@ class Kind:
     loads: bool = True  # the full plan loads its cases through from_pretrained too (`load_slice`); False: never
     references: str = ""  # the kind whose reference files its cases read ("": its own)
     localizes: bool = True  # a FAIL is traced module by module (False: what fails is no module's output)
+    reruns: bool = True  # its run can be repeated with no side effect (one device's output between a flow's calls)
 
     @property
     def reference_kind(self) -> str:

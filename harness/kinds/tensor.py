@@ -141,6 +141,7 @@ class TensorKind(Kind):
         """The model from the reference's fp32 weights cast once to the case's dtype (never down and back up)."""
         import torch
 
+        from harness import flows as flows_
         from harness.catalogue.zoo import get_spec
         from harness.core.dtypes import torch_dtype
         from harness.flows import denoising
@@ -154,9 +155,10 @@ class TensorKind(Kind):
             if isinstance(value, torch.Tensor) else value
             for key, value in reference.inputs.items()
         }
-        model.set_attention_backend(case.backend)
+        if not flows_.sets_backend(case.flow):  # else the flow sets it, after enable_parallelism (harness.flows)
+            model.set_attention_backend(case.backend)
         buffers = (lambda: torch_cp.buffers_of(inputs, spec.torch_cp_buffers)) if spec.torch_cp_buffers else None
-        draw, loop = noise.ForwardDraw(model, reference.weights), denoising.of_flow(case.flow)
+        draw, loop = noise.ForwardDraw(model, reference.weights), denoising.of_flow(case.flow, spec)
         return Built(model, lambda: draw.run(lambda: _forward(model, inputs, loop)),
                      cp_plan=spec.context_parallel_plan(model.config), twin=draw.twin,
                      torch_cp_buffers=buffers, torch_cp_output_dim=spec.torch_cp_output_dim, denoising=loop)

@@ -66,6 +66,7 @@ class TrainKind(Kind):
               "grad_rel": Check("parameters"), "weight_abs": Check("parameters"), "grad_err_ratio": Check()}
     figures = (GRAD, LOSS, WORST, WEIGHTS, NONFINITE, NOISE, RATIO, SINGLE_RUN)
     torch_context_parallel = True  # the whole loop runs under `context_parallel` (tcp layouts, as torchtitan trains)
+    reruns = False  # a run trains the model's weights
     options = (
         Option("models", None, "Models the train kind runs (default: those of --models).", is_list=True),
         Option("layouts", None, "Layouts the train kind runs, dpN and dpNx<cp> included (default: those of "

@@ -15,7 +15,8 @@ from harness.core.layouts import parse_layout
 from harness.core.records import Case
 from harness.core.results import Status
 from harness.report.matrix import WIDTH
-from harness.run import runner
+from harness.run import flow_controls, runner
+from harness.run.known_issues import load_known_issues
 from harness.run.plan import PlannedCase, max_ranks, skip_reason
 from harness.run.settings import Settings
 
@@ -246,15 +247,17 @@ LOCALIZE_CONTROLS = [
 ]
 
 
-def control_plan(cpu_max_ranks: int, controls=tuple(CONTROLS)) -> list[PlannedCase]:
+def control_plan(cpu_max_ranks: int, controls=tuple(CONTROLS), generated=()) -> list[PlannedCase]:
+    """The cases of `controls` (each faulty case, its clean twin and its eager run) and of the `generated` flow
+    controls (harness.run.flow_controls), each once."""
     plan, seen, limit = [], set(), max_ranks(cpu_max_ranks)
-    for control in controls:
-        faulty = control.case
-        eager = (replace(faulty, mode="eager"),) if control.eager is not None else ()
-        for case in (replace(faulty, fault=None), faulty, *eager):
-            if case.case_id not in seen:
-                seen.add(case.case_id)
-                plan.append(PlannedCase(case, skip_reason(case, limit)))
+    cases = [(replace(control.case, fault=None), control.case,
+              *((replace(control.case, mode="eager"),) if control.eager is not None else ())) for control in controls]
+    cases += [(control.clean, control.case) for control in generated if control.case is not None]
+    for case in (case for group in cases for case in group):
+        if case.case_id not in seen:
+            seen.add(case.case_id)
+            plan.append(PlannedCase(case, skip_reason(case, limit)))
     return plan
 
 
@@ -319,24 +322,50 @@ def registry_control(settings: Settings) -> tuple[bool, str]:
 _SHOWN = ("plan:", "launching", "note:", "time:", "interrupted")
 
 
-def selftest(settings: Settings, echo: Callable[[str], None] = print) -> int:
-    summary = runner.run(settings, control_plan(settings.cpu_max_ranks), localize_failures=False, purpose="selftest",
+def selftest(settings: Settings, echo: Callable[[str], None] = print, flow_values=None, table: bool = True) -> int:
+    """The controls of the table (unless not `table`) and every flow's generated control (or those of
+    `flow_values`, harness.run.flow_controls); 0 only if each is caught."""
+    issues = load_known_issues(settings.path("known_issues"))
+    generated = flow_controls.generate(flow_values, lambda case_id: any(issue.applies(case_id) for issue in issues))
+    controls = CONTROLS if table else []
+    summary = runner.run(settings, control_plan(settings.cpu_max_ranks, controls, generated), localize_failures=False,
+                         purpose="selftest",
                          echo=lambda line: echo(line) if line.lstrip().startswith(_SHOWN) else None)
     by_id = {result.case_id: result for result in summary.results}
-    echo("\nselftest: each deliberate bug must FAIL, its clean twin PASS (or stay XFAIL where it is a known issue)")
-    echo(f"  {'':6s}  {'fault':22s} {'case':45s} {'caught by':20s} figure")
     ok = True
-    for control in CONTROLS:
-        found = caught(control, by_id)
-        ok &= found
-        echo(_row(control, by_id, found))
-    registry_ok, registry_line = registry_control(settings)
-    ok &= registry_ok
-    echo(f"  {'caught' if registry_ok else 'MISSED'}  {'registry mixup (import)':22s} {registry_line}"[:WIDTH])
+    if table:
+        echo("\nselftest: each deliberate bug must FAIL, its clean twin PASS (or stay XFAIL where it is a known issue)")
+        echo(f"  {'':6s}  {'fault':22s} {'case':45s} {'caught by':20s} figure")
+        for control in controls:
+            found = caught(control, by_id)
+            ok &= found
+            echo(_row(control, by_id, found))
+        registry_ok, registry_line = registry_control(settings)
+        ok &= registry_ok
+        echo(f"  {'caught' if registry_ok else 'MISSED'}  {'registry mixup (import)':22s} {registry_line}"[:WIDTH])
+    ok &= _flow_rows(generated, by_id, echo)
     echo(f"reports: {settings.path('report_dir') / 'index.html'}")
     echo("selftest passed: the harness caught every deliberate bug" if ok else
          "selftest FAILED: a deliberate bug went unreported, so a PASS from this stack proves nothing")
     return 0 if ok else 1
+
+
+def _flow_rows(generated, by_id: dict, echo: Callable[[str], None]) -> bool:
+    """The generated flow controls, a row each; False if any flow's control was not caught (it tests nothing)."""
+    if not generated:
+        return True
+    echo(f"\nflows: every rank but rank 0 leaves the flow's calls out; its case must not PASS ({flow_controls.MODEL}, "
+         f"fp32)")
+    missed = []
+    for control in generated:
+        said, why = control.verdict(by_id)
+        where = control.case.layout.name if control.case is not None else "-"
+        echo(f"  {said:6s}  {control.label:34s} {where:9s} {why}"[:WIDTH])
+        if said == "MISSED":
+            missed.append(control.label)
+    if missed:
+        echo(f"flows whose control was not caught (they test nothing): {', '.join(missed)}"[:WIDTH])
+    return not missed
 
 
 def _row(control: Control, by_id: dict, found: bool) -> str:

@@ -16,7 +16,7 @@ from harness.kinds import kind_of, repro_template
 from harness.kinds.base import COMPILE_FIGURES
 from harness.rank import comms_check
 from harness.rank.kernels import dispatch_mismatch, function_mismatch, kernel_mismatch
-from harness.run import decisions
+from harness.run import decisions, flow_checks
 from harness.run.known_issues import KnownIssue
 
 
@@ -66,8 +66,8 @@ def _judge(outcome: Outcome, settings) -> CaseResult:
     items = _proof_failures(outcome.case, record) + _integrity_failures(result, record,
                                                                              kind.rank_tolerance(policy))
     return settle(result, items + _load_failures(result, record)
-                  + _flow_failures(result, record.metrics, kind.flow_effect_limit(policy))
-                  + decisions.failures(result, record.steps) + numbers
+                  + flow_checks.failures(result, record, kind.flow_effect_limit(policy))
+                  + decisions.failures(result, record.steps, record.step_labels) + numbers
                   + _compile_failures(result, record, settings.fullgraph))
 
 
@@ -164,34 +164,6 @@ def _load_failures(result: CaseResult, record) -> list[Evidence]:
     return found + [Evidence("load_shards", f"rank {rank}: the local shard of {name} from from_pretrained differs "
                                             f"from enable_parallelism's on the same layout", f"rank {rank}: {name}")
                     for rank, names in load.get("differing", {}).items() for name in names]
-
-
-def _flow_failures(result: CaseResult, metrics: dict, limit: float | None) -> list[Evidence]:
-    """A flow (harness.flows): what the user called and when, as a block; the case cannot be judged where one device
-    failed making the same calls, and a flow that must change the numbers (a LoRA) but left one device's output
-    within the limit did not run as declared: its case would compare nothing the flow did. One that must give the
-    plain model back (an unload) and left one device's output beyond it did not either."""
-    flow = (metrics or {}).get("flow")
-    if flow is None:
-        return []
-    rows = [["call", flow["call"]], ["when", f"{flow['position']} enable_parallelism (one device: the same calls)"]]
-    if flow.get("error"):
-        rows.append(["one device with the same calls", f"failed: {flow['error']}"])
-        result.extra.setdefault("blocks", []).append(table("What the user called", ["", ""], rows))
-        return [Evidence("cannot_judge", f"cannot judge: one device making the same calls failed ({flow['error']})")]
-    rows.append(["one device: the calls moved the output by", f"{flow['effect']:.3g}"])
-    result.extra.setdefault("blocks", []).append(table("What the user called", ["", ""], rows))
-    if limit is None:
-        return []
-    if flow["changes_numbers"] and not flow["effect"] > limit:
-        return [Evidence("flow_effect", f"the flow's calls moved one device's output by {flow['effect']:.3g}, within "
-                                        f"the limit {limit:.3g}: they did not do what the flow declares",
-                         value=flow["effect"], limit=limit)]
-    if flow.get("keeps_numbers") and not flow["effect"] <= limit:
-        return [Evidence("flow_effect", f"the flow's calls moved one device's output by {flow['effect']:.3g}, beyond "
-                                        f"the limit {limit:.3g}: they did not give the plain model back",
-                         value=flow["effect"], limit=limit)]
-    return []
 
 
 def _compile_failures(result: CaseResult, record, fullgraph: bool) -> list[Evidence]:

@@ -12,21 +12,23 @@ import sys
 from harness import flows
 from harness.core.errors import HarnessError
 
-# What the family modules import from the registry, as the script has them: `@flow(...)` keeps the call as it is,
-# a declared refusal (`Refused`) is the harness's expectation, nothing to run.
+# What the family modules import from the registry, as the script has them: `@flow(...)` keeps the code as it is;
+# the calls' declarations (`Call`), the model they must equal (`Equivalent`) and a declared refusal (`Refused`) are
+# the harness's expectations, nothing to run.
 STAND_INS = '''
 from dataclasses import dataclass
 
 
-def flow(help, **declared):  # the harness's registry (harness/flows/registry.py): the decorated call as it is
-    return lambda call: call
+def flow(*calls, **declared):  # the harness's registry (harness/flows/registry.py): the decorated code as it is
+    return lambda code: code
 
 
-def Refused(*args):  # what the harness expects diffusers to refuse: an expectation, nothing to run
+def Call(*args):  # a call's declaration: what the harness expects of it, nothing to run
     return None
 
 
-AFTER, BEFORE = "after", "before"
+Equivalent = Refused = Call  # the model the calls must equal, what diffusers must refuse: expectations too
+AFTER, BEFORE, CHANGES, KEEPS = "after", "before", "changes", "keeps"
 '''
 _HEAD = re.compile(r'\A(?:""".*?"""\n|from __future__ import annotations\n'
                    r"|from harness\.flows\.registry import [^\n]*\n|\s*\n)*", re.S)
@@ -46,11 +48,13 @@ def flow_part(case) -> str:
     value = flows.value_of(case.flow)
     if value.flow is None:
         return ""
-    family = inspect.getsource(sys.modules[value.flow.call.__module__])
+    module = sys.modules[value.flow.code.__module__]
+    family = inspect.getsource(module)
     if "harness." in _HEAD.sub("", family, count=1):
-        raise HarnessError(f"repro: {case.case_id}: the {value.flow.name} flow's module {value.flow.call.__module__} "
-                           "uses more of the harness than its registry, which a script cannot carry: not scripted")
-    return (f"\n\n# --- the flow: {value.flow.call.__module__} as the harness runs it ---\n{STAND_INS}\n\n"
+        raise HarnessError(f"repro: {case.case_id}: the {value.flow.name} flow's module {module.__name__} uses more "
+                           "of the harness than its registry, which a script cannot carry: not scripted")
+    return (f"\n\n# --- the flow: {module.__name__} as the harness runs it ---\n{STAND_INS}\n\n"
             f"{inspect.getsource(flows.Setting)}\n\n{_HEAD.sub('', family, count=1)}\n\n"
-            f"def FLOW(module, *setting):  # the common part's flow_calls calls it\n"
-            f"    {value.flow.call.__name__}(module, Setting(*setting))\n")
+            f"def FLOW(module, *setting):  # the common part's flow_calls calls it: every call, in order\n"
+            f"    for _ in {value.flow.name}(module, Setting(*setting)) or ():  # a flow of several calls yields\n"
+            f"        pass\n")

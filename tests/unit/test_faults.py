@@ -143,7 +143,7 @@ def _patchable_state() -> dict:
     from harness.rank import training
 
     modules = ["diffusers.models.attention_dispatch", "diffusers.models.transformers.transformer_flux",
-               "diffusers.hooks.tensor_parallel", "torch.nn.functional", "harness.rank.torch_cp"]
+               "diffusers.hooks.tensor_parallel", "torch.nn.functional", "harness.rank.torch_cp", "harness.flows.calls"]
     holders = [*map(importlib.import_module, modules), training, training.Batch, ModelMixin, EquipartitionSharder,
                ModuleForwardMetadata, ColwiseParallel, RowwiseParallel, ring._AllGatherRotater, PeftAdapterMixin,
                AttentionModuleMixin, FBCHeadBlockHook, TaylorSeerCacheHook]

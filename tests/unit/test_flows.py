@@ -39,13 +39,19 @@ def test_an_unknown_flow_is_refused_naming_the_valid_ones():
 
 def test_a_flow_is_registered_once_and_never_named_like_a_position():
     with pytest.raises(ValueError, match="registered twice"):
-        registry.flow("again")(flows.REGISTERED["lora"].call)
+        registry.flow(registry.Call("again"))(flows.REGISTERED["lora"].code)
 
     def thing_after(module, setting):
         return None
 
     with pytest.raises(ValueError, match="named like an axis value"):
-        registry.flow("x")(thing_after)
+        registry.flow(registry.Call("x"))(thing_after)
+
+    def several(module, setting):  # two calls declared, and no step between them to take the output at
+        return None
+
+    with pytest.raises(ValueError, match="declares 2 calls: .* a generator that yields after each"):
+        registry.flow(registry.Call("a"), registry.Call("b"))(several)
 
 
 def test_a_flow_exists_on_its_layout_family_and_positions_only():
@@ -145,22 +151,110 @@ def test_a_train_flow_is_judged_against_one_device_training_with_the_same_calls(
     assert torch.equal(flowed.output, ran["losses"]) and torch.equal(reference.output, torch.tensor([2.0, 1.0]))
 
 
-@pytest.mark.parametrize(("declared", "effect", "failed"), [
-    ({"changes_numbers": True}, 1e-6, "did not do what the flow declares"), ({"changes_numbers": True}, 0.3, None),
-    ({"keeps_numbers": True}, 0.3, "did not give the plain model back"), ({"keeps_numbers": True}, 1e-6, None)])
-def test_a_flow_that_must_move_or_keep_the_numbers_is_held_to_it(declared, effect, failed):
-    """A LoRA whose one-device run stays within the limit did nothing; an unload whose one-device run leaves it did
-    not give the plain model back: `flow_effect` either way, from the same limit."""
+def _facts(calls, effect, changes_numbers=True, **more) -> dict:
+    return {"position": "before", "changes_numbers": changes_numbers, "effect": effect,
+            "calls": [{"text": f"model.call_{index}(x=1)", "declared": declared, "moved": moved}
+                      for index, (declared, moved) in enumerate(calls)], **more}
+
+
+def _judged(facts, per_rank=None):
     from types import SimpleNamespace
 
-    from harness.run.verdict import _flow_failures
+    from harness.run import flow_checks
 
-    facts = {"call": "x", "position": "before", "changes_numbers": False, **declared, "effect": effect}
-    found = _flow_failures(SimpleNamespace(extra={}), {"flow": facts}, 1e-5)
+    result = SimpleNamespace(extra={})
+    found = flow_checks.failures(result, SimpleNamespace(metrics={"flow": facts}, flow_changes=per_rank), 1e-5)
+    return found, result.extra["blocks"][0]
+
+
+@pytest.mark.parametrize(("calls", "failed"), [
+    ([("changes", 0.3), ("changes", 1e-6)], "call 2 (model.call_1(...)) moved one device's output by 1e-06, within"),
+    ([(None, 0.0), ("changes", 0.1)], None),
+    ([("keeps", 0.3)], "call 1 (model.call_0(...)) moved one device's output by 0.3, beyond the limit"),
+    ([("keeps", 1e-7)], None)])
+def test_each_call_is_held_to_what_it_declares_and_named_when_it_did_not(calls, failed):
+    """A call declared to change one device's output that moved it within the limit did nothing the case could
+    compare (a hot swap that swapped in nothing); one declared to keep it that moved it did something else."""
+    found, block = _judged(_facts(calls, 0.3, changes_numbers=any(d == "changes" for d, _ in calls)))
+    named = [row[0] for row in block["rows"][:len(calls)]]
+    assert named == [f"{index + 1}. model.call_{index}(x=1)" for index in range(len(calls))]
     if failed is None:
         assert found == []
     else:
-        assert [item.check for item in found] == ["flow_effect"] and failed in found[0].text
+        assert [item.check for item in found] == ["flow_effect"] and found[0].text.startswith(failed)
+
+
+def test_the_flow_must_equal_the_model_it_stands_for_and_every_rank_change_the_model_as_one_device():
+    changes = ["a.to_q: Linear became Linear", "a: hook x added"]
+    facts = _facts([("changes", 0.1)], 0.1, equals={"text": "the second LoRA loaded directly", "diff": 0.02},
+                   one_device_changes=changes)
+    found, block = _judged(facts, [changes, changes[:1]])
+    assert [item.check for item in found] == ["flow_equals", "flow_calls"]
+    assert found[0].text == ("after the calls one device differs from the second LoRA loaded directly by 0.02 "
+                             "(limit 1e-05)")
+    assert found[1].text == ("rank 1's calls changed the model otherwise than one device's: 1 of one device's 2 "
+                             "changes missing, first: a: hook x added")
+    assert ["against the second LoRA loaded directly", "one device differs by 0.02", "equals it", "no"] in block["rows"]
+    assert _judged({**facts, "equals": {**facts["equals"], "diff": 0.0}}, [changes, changes])[0] == []
+
+
+def test_a_flow_whose_one_device_run_failed_cannot_be_judged():
+    found, block = _judged({**_facts([("changes", None)], None), "error": "ValueError: no"})
+    assert [item.check for item in found] == ["cannot_judge"] and "ValueError: no" in found[0].text
+
+
+def test_calls_are_made_in_order_and_a_rank_may_be_made_to_leave_the_last_out(monkeypatch):
+    """A flow's code runs call by call (one device's output is taken between them); a control's fault makes a rank
+    leave calls out, and a code that makes more or fewer calls than it declares is the harness's error."""
+    from types import SimpleNamespace
+
+    from harness.flows import calls
+
+    made = []
+
+    def three(module, setting):
+        for name in ("a", "b", "c"):
+            made.append(name)
+            yield
+
+    flow = registry.Flow("three", tuple(registry.Call(name) for name in "abc"), three)
+    between = []
+    assert calls.make(flow, SimpleNamespace(named_modules=lambda: []), None,
+                      lambda index, call: between.append((index, call.text, list(made)))) == []
+    assert between == [(0, "a", ["a"]), (1, "b", ["a", "b"])]
+    made.clear()
+    monkeypatch.setattr(calls, "to_make", lambda found: len(found.calls) - 1)
+    calls.make(flow, SimpleNamespace(named_modules=lambda: []), None)
+    assert made == ["a", "b"]  # the last call was never made
+    monkeypatch.undo()
+    short = registry.Flow("short", (registry.Call("a"), registry.Call("b")), lambda module, setting: iter([None]))
+    with pytest.raises(HarnessError, match="declares 2 calls and its code made 1"):
+        calls.make(short, SimpleNamespace(named_modules=lambda: []), None)
+
+
+def test_what_calls_change_of_a_model_is_told_by_module_and_compared_by_line():
+    """A processor set anew, a hook added, a LoRA layer in a projection's place, a parameter frozen or cast: what a
+    rank that left a call out lacks, whatever the numbers say."""
+    import torch
+
+    from harness.flows import state
+
+    class Attention(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.to_q, self.processor = torch.nn.Linear(2, 2), object()
+
+    model = torch.nn.Sequential(Attention())
+    before = state.snapshot(model)
+    model[0].processor = object()
+    model[0].to_q.weight.requires_grad_(False)
+    model[0].to_q.bias.data = model[0].to_q.bias.data.to(torch.bfloat16)
+    model[0].add_module("to_k", torch.nn.Linear(2, 2))
+    assert state.changes(before, state.snapshot(model)) == [
+        "0: processor replaced (object by object)", "0.to_q: parameter weight frozen",
+        "0.to_q: parameter bias cast from float32 to bfloat16", "0.to_k: added (Linear)"]
+    assert state.compared(["x"], ["x"]) is None
+    assert state.compared([], ["x", "y"]) == "2 of one device's 2 changes missing, first: x"
 
 
 # --- one real run: 2 ranks ------------------------------------------------------------------------------------------
@@ -200,13 +294,23 @@ def flowed(tmp_path_factory):
     return {result.case_id: result for result in summary.results}
 
 
+def _called(result) -> list[list]:
+    """The rows of the case's block of what the user called."""
+    return next(block for block in result.extra["blocks"] if block["title"].startswith("What the user called"))["rows"]
+
+
+def _moved(row) -> float:
+    return float(row[1].removeprefix("moved one device's output by "))
+
+
 @pytest.mark.slow
 def test_a_flow_is_judged_against_one_device_making_the_same_calls(flowed):
     result = flowed["flux/ulysses2/native/fp32/tensor/lora_scaled"]
     assert result.status is Status.PASS, result.reason
-    block = next(block for block in result.extra["blocks"] if block["title"] == "What the user called")
-    effect = next(row[1] for row in block["rows"] if row[0].startswith("one device: the calls moved"))
-    assert float(effect.split()[0]) > 1e-3  # the LoRA did move the numbers, and the layout matched them
+    rows = _called(result)
+    # the LoRA did move the numbers, then its scale did, and the layout matched them; halving lora_B does the same
+    assert [_moved(row) > 1e-3 for row in rows[:2]] == [True, True] and rows[2][0] == "the calls, in all"
+    assert rows[3][0] == "against the LoRA loaded with its lora_B weights times 0.5" and rows[3][3] == "yes"
 
 
 @pytest.mark.slow
@@ -257,3 +361,41 @@ def test_an_unloaded_lora_gives_the_plain_model_back_and_a_hot_swap_matches_one_
     for case_id in ("flux/ulysses2/native/fp32/tensor/lora_unload", "flux/tp2/native/fp32/tensor/lora_unload",
                     "flux/ulysses2/native/fp32/tensor/lora_hotswap_after"):
         assert flowed[case_id].status is Status.PASS, (case_id, flowed[case_id].reason)
+    unload = _called(flowed["flux/ulysses2/native/fp32/tensor/lora_unload"])
+    assert unload[3][:2] == ["against the plain model", "one device differs by 0"]
+    # the swap moved one device's output, as far as the second LoRA's own effect, and equals it loaded directly
+    swap = _called(flowed["flux/ulysses2/native/fp32/tensor/lora_hotswap_after"])
+    assert swap[2][0].startswith("3. model.load_lora_adapter(<another seeded LoRA") and _moved(swap[2]) > 1e-2
+    assert swap[4][0] == "against the second LoRA loaded directly" and swap[4][3] == "yes"
+
+
+TOY = '''
+"""A flow of one's own whose call changes nothing a rank could leave out: its generated control must PASS."""
+
+from harness.flows import KEEPS, Call, flow
+
+
+@flow(Call("model.eval(): a call that leaves the model as it was", KEEPS))
+def toy_nothing(module, setting):
+    module.eval()
+'''
+
+
+@pytest.mark.slow
+def test_a_flow_whose_control_passes_is_named_as_testing_nothing(project, monkeypatch):
+    """The generated control's own negative control: a flow added through `HARNESS_FLOWS` whose calls change nothing
+    is run by every rank, planned, judged, and `harness selftest --flows` names it and exits 1."""
+    import os
+    import subprocess
+    import sys
+
+    (project / "toy_flow.py").write_text(TOY)
+    monkeypatch.setenv("PYTHONPATH", f"{project}:{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setenv("HARNESS_FLOWS", "toy_flow")
+    done = subprocess.run([sys.executable, "-m", "harness", "selftest", "--flows", "toy_nothing,lora",
+                           "--report-dir", "out"], cwd=project, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 1, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith(("  MISSED", "  caught"))]
+    assert [row[:2] for row in rows] == [["MISSED", "toy_nothing"], ["caught", "lora"]], done.stdout
+    assert "faulty PASS" in " ".join(rows[0])
+    assert "flows whose control was not caught (they test nothing): toy_nothing (all calls)" in done.stdout

@@ -10,18 +10,21 @@ import pytest
 from harness.core.figures import limit
 from harness.core.results import Status
 from harness.report.matrix import WIDTH
+from harness.run import flow_controls
 from harness.run.selftest import CONTROLS
 
 pytestmark = pytest.mark.slow
 KNOWN_ISSUES = Path(__file__).resolve().parents[2] / "known_issues.toml"
+# The generated flow controls of a flow of each way to catch one (`harness selftest` runs every flow's): the numbers
+# (a LoRA; an unload left out), what the calls changed of each rank's model (a processor, the backend, an offload), and
+# the ranks' diverging collectives (a cache)
+FLOWS = ["lora", "lora_unload_after", "processor", "backend_after", "group_offload_after", "cache_pab"]
 
 
 @pytest.fixture(scope="module")
 def control_results(tmp_path_factory, zoo_references):
     """`harness selftest` as it runs: its table, and the results it wrote."""
-    import json
-
-    from harness.core.results import CaseResult
+    from harness.core.results import read_results
     from harness.run.selftest import selftest
     from harness.run.settings import load_settings
 
@@ -31,18 +34,18 @@ def control_results(tmp_path_factory, zoo_references):
     settings = load_settings({"references": str(zoo_references), "report_dir": str(folder / "reports"),
                               "known_issues": str(KNOWN_ISSUES)}, start=folder)
     lines: list[str] = []
-    code = selftest(settings, echo=lines.append)
-    payload = json.loads((folder / "reports/results.json").read_text())
-    results = {case["case_id"]: CaseResult.from_dict(case) for case in payload["cases"]}
-    return results, payload["header"], code, lines
+    code = selftest(settings, echo=lines.append, flow_values=FLOWS)
+    header, cases = read_results(folder / "reports/results.json")
+    return {case.case_id: case for case in cases}, header.to_dict(), code, lines
 
 
 def test_the_selftest_says_each_control_in_one_short_line(control_results):
     _, header, code, lines = control_results
     assert code == 0, "\n".join(lines)
     rows = [line for line in lines if line.startswith(("  caught", "  MISSED"))]
-    assert len(rows) == len(CONTROLS) + 1 and all(row.startswith("  caught") for row in rows)
-    assert all(len(line) <= WIDTH for line in lines) and len(lines) < len(CONTROLS) + 20
+    generated = flow_controls.generate(FLOWS)
+    assert len(rows) == len(CONTROLS) + 1 + len(generated) and all(row.startswith("  caught") for row in rows)
+    assert all(len(line) <= WIDTH for line in lines) and len(lines) < len(CONTROLS) + len(generated) + 20
     assert not any(line.startswith("[") for line in lines)  # no per-case progress, no matrix
     assert header["purpose"] == "selftest"
 
@@ -66,6 +69,25 @@ def test_deliberate_bug_fails_and_clean_twin_passes(control_results, control):
     if control.kind == "image":  # the report's difference image shows it
         diff = faulty.extra["blocks"][0]["images"]["diff"]
         assert diff.endswith("-diff.png")
+
+
+def test_every_flow_has_a_generated_control_and_each_way_to_catch_one_is_shown(control_results):
+    """Every flow value gets a control leaving out all its calls, and one leaving out its last where it makes
+    several; in the sample, each is caught the way its calls declare."""
+    values = {control.value for control in flow_controls.generate()}
+    from harness import flows
+
+    assert values == set(flows.VALUES) - {flows.NONE}
+    lasts = {control.value for control in flow_controls.generate() if control.fault == flow_controls.LAST}
+    assert lasts == {name for name, value in flows.VALUES.items() if value.flow and len(value.flow.calls) > 1}
+    results, lines = control_results[0], control_results[3]
+    shown = {line.split()[1] + " " + line.split()[2]: line for line in lines if "(all calls)" in line
+             or "(last call)" in line}
+    assert "flow_calls, max_abs_err" in shown["lora (all"]
+    assert "max_abs_err" in shown["lora_unload_after (last"] and "flow_calls" in shown["processor (all"]
+    assert "flow_calls" in shown["group_offload_after (all"] and "flow_calls" in shown["backend_after (all"]
+    pab = next(c for c in flow_controls.generate(["cache_pab"]))
+    assert results[pab.case.case_id].status in (Status.TIMEOUT, Status.ERROR)  # the ranks' collectives diverged
 
 
 def test_compiled_controls_are_proven_from_the_graphs_and_name_their_eager_twin(control_results):

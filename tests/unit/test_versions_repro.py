@@ -111,7 +111,7 @@ def test_a_flow_case_carries_the_flows_own_code_and_no_harness(tmp_path, case_id
     out, _ = repro.write_repro(case_id, tmp_path / "repro.py")
     text = out.read_text()
     assert imported(text) - set(sys.stdlib_module_names) == {"torch", "diffusers", "safetensors", *more}
-    assert f"def {call}(module, setting):" in text and f"    {call}(module, Setting(*setting))" in text
+    assert f"def {call}(module, setting):" in text and f"    for _ in {call}(module, Setting(*setting)) or ():" in text
     assert "'position': 'after'" in text
     plain, _ = repro.write_repro(case_id.rpartition("/")[0], tmp_path / "plain.py")  # negative control
     assert "def FLOW(" not in plain.read_text() and "'flow': None" in plain.read_text()

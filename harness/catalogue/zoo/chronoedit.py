@@ -49,5 +49,6 @@ def make_inputs(generator, shape: Shape):
 
 SPEC = ModelSpec("chronoedit", "ChronoEditTransformer3DModel", CONFIG, make_inputs, SHAPES,
                  split_lengths_of=image_stream_only, timestep_scale=TIMESTEP_SCALE,
+                 cache_contexts=("cond",),  # ChronoEditPipeline opens none: a cache flow's loop opens one
                  torch_cp_unfit="its video latents are patchified inside the model and its RoPE positions "
                                 "computed from their shape: no input is the token sequence to shard as a buffer")

@@ -39,4 +39,7 @@ def make_inputs(generator, shape: Shape):
 # batch axis. `timestep` and `guidance` have no sequence: whole.
 TORCH_CP_BUFFERS = {"hidden_states": 1, "encoder_hidden_states": 1, "img_ids": 1, "txt_ids": 1}
 
-SPEC = ModelSpec("flux2", "Flux2Transformer2DModel", CONFIG, make_inputs, SHAPES, torch_cp_buffers=TORCH_CP_BUFFERS)
+# Flux2Pipeline is guidance-distilled and opens no cache context (a cache then raises "No cache context is set"):
+# a cache flow's loop opens one, as diffusers' caching guide asks of a loop of one's own
+SPEC = ModelSpec("flux2", "Flux2Transformer2DModel", CONFIG, make_inputs, SHAPES, torch_cp_buffers=TORCH_CP_BUFFERS,
+                 cache_contexts=("cond",))

@@ -46,5 +46,6 @@ def make_inputs(generator, shape: Shape):
 
 
 SPEC = ModelSpec("ltx", "LTXVideoTransformer3DModel", CONFIG, make_inputs, SHAPES, timestep_scale=TIMESTEP_SCALE,
+                 cache_contexts=("cond_uncond",),  # LTXPipeline runs both branches as one batch, in one context
                  torch_cp_unfit="its RoPE positions are computed inside the model from `num_frames`, `height` "
                                 "and `width`: sharded tokens would get the first chunk's positions on every rank")

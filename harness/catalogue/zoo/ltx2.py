@@ -57,6 +57,7 @@ def make_inputs(generator, shape: Shape):
 
 SPEC = ModelSpec("ltx2", "LTX2VideoTransformer3DModel", CONFIG, make_inputs, SHAPES,
                  timestep_scale=TIMESTEP_SCALE, timestep_keys=("timestep", "sigma"),
+                 cache_contexts=("cond_uncond",),  # LTX2Pipeline runs both branches as one batch, in one context
                  torch_cp_unfit="its RoPE positions are computed inside the model from `num_frames`, `height`, "
                                 "`width` and `audio_num_frames`: sharded tokens would get the first chunk's "
                                 "positions on every rank")

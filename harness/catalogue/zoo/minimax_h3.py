@@ -85,6 +85,7 @@ def packed_length(shape: Shape) -> dict[str, int]:
 
 SPEC = ModelSpec("minimax_h3", "MiniMaxH3Transformer3DModel", CONFIG, make_inputs, SHAPES,
                  split_lengths_of=packed_length,
+                 cache_contexts=("cond",),  # no diffusers pipeline runs it: a cache flow's loop opens one context
                  untrainable="its `timestep` holds one value per packed row (video, audio), not one per sample, and "
                              "the packed sequence mixes modalities: the flow-matching recipe needs the pipeline's row "
                              "bookkeeping, which the zoo does not model",

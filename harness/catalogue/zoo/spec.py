@@ -77,6 +77,11 @@ class ModelSpec:
     timestep_scale: float = 1.0
     timestep_keys: tuple[str, ...] = ("timestep",)
     untrainable: str | None = None
+    # The cache contexts its pipeline opens around the transformer at each denoising step, in order (what a cache
+    # flow's loop runs, harness.flows.denoising): true classifier-free guidance, `cond` then `uncond` with the
+    # negative prompt, as the Flux (true_cfg_scale > 1), QwenImage and Wan pipelines call them; one branch where the
+    # pipeline runs one call a step (guidance-distilled, or both branches batched in one context)
+    cache_contexts: tuple[str, ...] = ("cond", "uncond")
     # PyTorch's context parallelism (the `tcpN` layouts, docs/torch_cp.md): the inputs `context_parallel` shards in
     # place as buffers, {input name: its sequence dim}, and the output's sequence dim to unshard; None: the model
     # cannot be run that way, and `torch_cp_unfit` says why (a plan-time SKIP).
