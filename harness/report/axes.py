@@ -11,10 +11,10 @@ from typing import Any
 
 from harness.core import axes as declared
 
-# Where the matrix puts an axis, outer first: one section per model, rows layout x backend x flow (a flow's row under
-# its layout's: a flow runs on a few layouts only, and as columns it made a model's matrix 61 columns wide), columns
-# shape x kind x dtype; an axis not named here is a column after these.
-MATRIX = {"section": ("model",), "row": ("layout", "backend", "flow"), "column": ("shape", "kind", "dtype")}
+# Where the matrix puts an axis, outer first: one section per model, rows layout x backend x load x flow (a load's or
+# a flow's row under its layout's: each runs on a few layouts only, and as columns they made flux's quick-plan matrix
+# 61 columns and 15,000 px wide), columns shape x kind x dtype; an axis not named here is a column after these.
+MATRIX = {"section": ("model",), "row": ("layout", "backend", "load", "flow"), "column": ("shape", "kind", "dtype")}
 
 
 @cache

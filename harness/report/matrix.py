@@ -94,7 +94,7 @@ def _cell(result: CaseResult) -> str:
     return _clip(label, _CELL_MAX)
 
 
-_IN_ROW = ("flow",)  # axes a block writes in its rows (a flow's row under its layout's), as the page's matrix does
+_IN_ROW = ("load", "flow")  # axes a block writes in its rows (under their layout's), as the page's matrix does
 
 
 def _column(result: CaseResult) -> str:
@@ -110,7 +110,8 @@ def _column(result: CaseResult) -> str:
 
 
 def _row(result: CaseResult) -> str:
-    """A block's row: layout/backend, and a flow other than none after it (its row under its layout's)."""
+    """A block's row: layout/backend, and a load or flow other than the default after it (a row under its
+    layout's)."""
     extra = [str(getattr(result, name)) for name in _IN_ROW
              if getattr(result, name) != axes.AXES[axes.NAMES.index(name)].default]
     return _clip(" ".join([f"{result.layout}/{result.backend}", *extra]), _INDEX_MAX)
@@ -188,9 +189,10 @@ def _block(title: str, group: list[CaseResult], width: int) -> list[str]:
         more = f" (columns {part + 1} of {len(chunks)})" if len(chunks) > 1 else ""
         lines.append(_clip(f"{title}{more}", width))
         lines.append("  ".join(["layout/backend".ljust(index_w), *(c.ljust(widths[c]) for c in chunk)]).rstrip())
-        for row in rows:
+        for row in rows:  # a row with no case in these columns (a flow's, in another kind's) says nothing here
             values = [cells.get((row, c), "").ljust(widths[c]) for c in chunk]
-            lines.append("  ".join([row.ljust(index_w), *values]).rstrip())
+            if any(value.strip() for value in values):
+                lines.append("  ".join([row.ljust(index_w), *values]).rstrip())
         lines.append("")
     return lines
 

@@ -46,7 +46,7 @@ def matrix_section(cases: list[CaseResult], values_help: dict | None = None) -> 
 VALUES_LEGENDS = {
     "flow": "Flows: what the user calls around enable_parallelism, one row under its layout's (\u21b3 name; "
             "name_after: the same calls after enable_parallelism), judged against one device making the same calls",
-    "load": "Loads: how the model gets its weights and its parallelism (a column group)",
+    "load": "Loads: how the model gets its weights and its parallelism, one row under its layout's (\u21b3 name)",
     "mode": "Modes: how the model runs (a column group)"}
 
 

@@ -16,6 +16,8 @@ layout; `loads` (a list) limits the entry to those loads (a loader's own bug). W
 
 - an **error** (`status = "ERROR"`): `error_contains`, one text or a list of alternatives (diffusers rewords its
   errors between releases), must appear in the error;
+- a **hang** (`status = "TIMEOUT"`): `error_contains` must appear in the stacks the ranks were in when the case's
+  time ran out (a file and line of diffusers), so a hang elsewhere stays TIMEOUT;
 - a **wrong result** (`status = "FAIL"`): one table per check it excuses, `[issue.evidence.<check>]`, with the
   measured `band = [low, high]` the check's figure must lie in, the `subjects` (globs over the parameters, modules
   or ranks the check failed on; required for the checks that name one) and optionally a text it `contains`;
@@ -49,6 +51,7 @@ _KEYS = {"match", "title", "reason", "link", "upstream", "error_contains", "diff
 _EXCUSE_KEYS = {"subjects", "band", "contains", "limit"}
 # The proof checks an entry may name, each a count seen against a count predicted (harness.run.verdict): excused only
 # where the entry names them exactly, its subjects, the counts seen (`band`) and those predicted (`limit`)
+DEFAULT_SEVERITY = {"FAIL": "silently wrong", "ERROR": "crash", "TIMEOUT": "hang"}  # an entry's, by its status
 PROOFS = {"proof.comms": "modules and their collective (`transformer_blocks.*.attn: all_to_all`)"}
 
 
@@ -92,7 +95,8 @@ class KnownIssue:
     link: str = ""  # where the traced cause is (a source line, an upstream issue or PR)
     error_contains: str | tuple[str, ...] = ""
     diffusers: str = ""  # a version range, e.g. ">=0.40"; empty: every release
-    status: str = "ERROR"  # ERROR: excuses an error by its text; FAIL: excuses the checks of `evidence`
+    status: str = "ERROR"  # ERROR: excuses an error by its text; FAIL: the checks of `evidence`; TIMEOUT: a hang by its
+    # ranks' stacks
     evidence: dict[str, Excuse] = field(default_factory=dict)
     modes: tuple[str, ...] = ()  # the modes it is about (harness.core.modes); empty: every mode
     loads: tuple[str, ...] = ()  # the loads it is about (harness.loads); empty: every load
@@ -127,6 +131,11 @@ class KnownIssue:
         excuse = self.evidence.get(item.check)
         return self.status == "FAIL" and excuse is not None and excuse.covers(item)
 
+    def excuses_hang(self, stacks: str) -> bool:
+        """Whether a TIMEOUT whose ranks' stacks (and reason) are `stacks` is this known hang."""
+        texts = (self.error_contains,) if isinstance(self.error_contains, str) else self.error_contains
+        return self.status == "TIMEOUT" and any(text in stacks for text in texts if text)
+
     def covers(self, version: str | None = None) -> bool:
         """Whether the entry applies to diffusers `version` (default: the installed one)."""
         if not self.diffusers:
@@ -141,7 +150,7 @@ class KnownIssue:
     def finding(self) -> str:
         """What kind of finding it is (SEVERITIES): as the entry says, else silently wrong for a FAIL entry and a
         crash for an ERROR entry."""
-        return self.severity or ("silently wrong" if self.status == "FAIL" else "crash")
+        return self.severity or DEFAULT_SEVERITY[self.status]
 
     @property
     def is_refusal(self) -> bool:
@@ -211,27 +220,7 @@ def _issue(path: Path, index: int, entry: dict) -> KnownIssue:
             raise HarnessError(f"{where}: '{key}' must be a string")
     if not str(fields.get("upstream", "https://")).startswith("https://"):
         raise HarnessError(f"{where}: 'upstream' must be the https:// address of the upstream issue or pull request")
-    status = fields.setdefault("status", "FAIL" if "evidence" in fields else "ERROR")
-    if status == "ERROR":
-        if "evidence" in fields:
-            raise HarnessError(f"{where}: an ERROR entry excuses an error by its text ('error_contains'); "
-                               "[issue.evidence.<check>] tables are for status = \"FAIL\"")
-        if not fields.get("error_contains"):
-            raise HarnessError(f"{where} needs 'error_contains': the text of the error it expects, so that another "
-                               "failure of the same cases stays visible")
-    elif status == "FAIL":
-        if fields.get("error_contains"):
-            raise HarnessError(f"{where}: a FAIL entry names its checks in [issue.evidence.<check>] tables (with "
-                               "'contains' for a text), not 'error_contains'")
-        fields["evidence"] = _excuses(where, fields.get("evidence"))
-    else:
-        raise HarnessError(f"{where}: 'status' must be FAIL or ERROR")
-    severity = fields.get("severity") or ("silently wrong" if status == "FAIL" else "crash")
-    if severity not in SEVERITIES:
-        raise HarnessError(f"{where}: 'severity' must be one of {', '.join(repr(s) for s in SEVERITIES)}")
-    if severity == REFUSAL and status != "ERROR":
-        raise HarnessError(f"{where}: a refusal is an error diffusers raises with its own message: status = "
-                           "\"ERROR\" with its text in 'error_contains'")
+    _status(where, fields)
     if fields.get("diffusers"):
         try:
             SpecifierSet(fields["diffusers"])
@@ -239,6 +228,33 @@ def _issue(path: Path, index: int, entry: dict) -> KnownIssue:
             raise HarnessError(f"{where}: 'diffusers' = {fields['diffusers']!r} is not a version range; write e.g. "
                                f"\">=0.37,<0.40\"") from None
     return KnownIssue(**fields, key=f"{path.name} #{index + 1}")
+
+
+def _status(where: str, fields: dict) -> None:
+    """What the entry's status asks of it: an ERROR entry its error's text, a TIMEOUT entry a text of the ranks'
+    stacks, a FAIL entry its checks' tables; and a severity of SEVERITIES that fits it (a refusal is an error)."""
+    status = fields.setdefault("status", "FAIL" if "evidence" in fields else "ERROR")
+    if status not in ("ERROR", "FAIL", "TIMEOUT"):
+        raise HarnessError(f"{where}: 'status' must be FAIL, ERROR or TIMEOUT")
+    if status in ("ERROR", "TIMEOUT"):
+        what = "the error it expects" if status == "ERROR" else "a text of the ranks' stacks when they hang"
+        if "evidence" in fields:
+            raise HarnessError(f"{where}: an {status} entry excuses it by its text ('error_contains'); "
+                               "[issue.evidence.<check>] tables are for status = \"FAIL\"")
+        if not fields.get("error_contains"):
+            raise HarnessError(f"{where} needs 'error_contains': {what}, so that another failure of the same cases "
+                               "stays visible")
+    else:
+        if fields.get("error_contains"):
+            raise HarnessError(f"{where}: a FAIL entry names its checks in [issue.evidence.<check>] tables (with "
+                               "'contains' for a text), not 'error_contains'")
+        fields["evidence"] = _excuses(where, fields.get("evidence"))
+    severity = fields.get("severity") or DEFAULT_SEVERITY[status]
+    if severity not in SEVERITIES:
+        raise HarnessError(f"{where}: 'severity' must be one of {', '.join(repr(s) for s in SEVERITIES)}")
+    if severity == REFUSAL and status != "ERROR":
+        raise HarnessError(f"{where}: a refusal is an error diffusers raises with its own message: status = "
+                           "\"ERROR\" with its text in 'error_contains'")
 
 
 def _texts(where: str, key: str, value) -> str | tuple[str, ...]:

@@ -234,6 +234,8 @@ def apply_known_issues(result: CaseResult, issues: list[KnownIssue]) -> CaseResu
     listed = [issue for issue in issues if issue.applies(without_fault(result.case_id))]
     if not listed:
         return result
+    if result.status is Status.TIMEOUT:
+        return _known_hang(result, listed)
     if result.status is Status.PASS:
         result.extra["known_issue"] = [issue.key for issue in listed]
         result.known_issues = [issue.reference() for issue in listed]
@@ -263,6 +265,19 @@ def apply_known_issues(result: CaseResult, issues: list[KnownIssue]) -> CaseResu
     known = evidence.reason([item for index, item in enumerate(items) if index in excused])
     result.status = status_of(left)
     result.reason = f"{evidence.reason(left)}; also known: {known} ({'; '.join(issue.short for issue in used)})"
+    return result
+
+
+def _known_hang(result: CaseResult, listed: list[KnownIssue]) -> CaseResult:
+    """A TIMEOUT is XFAIL where an entry names the place its ranks hung (a text of their stacks); a hang anywhere
+    else stays TIMEOUT."""
+    stacks = f"{result.reason}\n{result.extra.get('traceback', '')}"
+    issue = next((issue for issue in listed if issue.excuses_hang(stacks)), None)
+    if issue is None:
+        return result
+    result.extra.update(observed=f"{result.status.value}: {result.reason}", known_issue=[issue.key])
+    result.known_issues = [issue.reference()]
+    result.status, result.reason = Status.XFAIL, f"{issue.describe()}; observed {result.reason}"
     return result
 
 

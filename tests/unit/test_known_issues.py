@@ -292,3 +292,28 @@ def test_a_failed_proof_is_excused_only_where_an_entry_names_it_exactly(tmp_path
     path.write_text('[[issue]]\nmatch = "*"\nreason = "r"\n[issue.evidence."proof.dispatch"]\nband = [0, 0]\n')
     with pytest.raises(HarnessError, match="unknown check"):  # a proof without counts cannot be named
         load_known_issues(path)
+
+
+def test_a_hang_is_excused_only_where_its_ranks_hung(tmp_path):
+    """A TIMEOUT entry names the place the ranks hang (a text of their stacks): a TIMEOUT whose stacks hold it is
+    XFAIL, a hang; one whose ranks hung anywhere else stays TIMEOUT (the control), and an entry without that text is
+    refused."""
+    path = tmp_path / "known.toml"
+    path.write_text('[[issue]]\nmatch = "*"\nreason = "the ranks decide apart"\nstatus = "TIMEOUT"\n'
+                    'error_contains = "first_block_cache.py"\n')
+    (entry,) = load_known_issues(path)
+    assert entry.finding == "hang"
+
+    def hung(where):
+        result = base_result(Case("flux", parse_layout("ulysses2"), "native", "fp32", flow="cache_fbc"))
+        result.status, result.reason = Status.TIMEOUT, "case timeout after 120 s"
+        result.extra["traceback"] = f'rank 1:\n  File "diffusers/hooks/{where}", line 168, in new_forward'
+        return apply_known_issues(result, [entry])
+
+    known = hung("first_block_cache.py")
+    assert known.status is Status.XFAIL and known.severity == "hang" and known.reason.endswith("observed case "
+                                                                                                "timeout after 120 s")
+    assert hung("context_parallel.py").status is Status.TIMEOUT
+    path.write_text('[[issue]]\nmatch = "*"\nreason = "r"\nstatus = "TIMEOUT"\n')
+    with pytest.raises(HarnessError, match="needs 'error_contains': a text of the ranks' stacks"):
+        load_known_issues(path)

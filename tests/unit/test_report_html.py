@@ -611,6 +611,39 @@ def test_browser_draws_details_when_opened(tmp_path):
     assert got["images"][0]["loaded"] and got["images"][0]["src"] == "images/cand.png"
 
 
+DEATH_PROBE = """window.__probe = function () {
+  var seen = window.__seen, out = {cells: {}, deaths: {}};
+  document.querySelectorAll("a.cell-case").forEach(function (a) {
+    var mark = a.querySelector(".rank-died");
+    out.cells[a.getAttribute("href").slice(1)] = mark && seen.shown(mark) ? [mark.innerText, mark.title] : null;
+  });
+  document.querySelectorAll("#opened details.case").forEach(function (d) {
+    var said = d.querySelector(".rank-death"), stack = said && said.nextElementSibling;
+    out.deaths[d.id] = said && seen.shown(said) && seen.shown(stack) ? [said.innerText, stack.innerText] : null;
+  });
+  return out;
+};"""
+
+
+@pytest.mark.slow
+def test_browser_marks_a_case_whose_rank_died_in_an_earlier_attempt(tmp_path):
+    """A case that passed on its rerun after a rank's native death (harness.run.launch): its cell is marked, and
+    opened it shows that death with the dead rank's stack; a case without one has neither."""
+    error = "rank 1 died during the case (pid 4242): Aborted in _abort_self (reliability.py:54)"
+    stack = 'Fatal Python error: Aborted\n\nCurrent thread 0x7f (most recent call first):\n  File "x.py", line 1'
+    died = case("flux/ulysses2/native/fp32/tensor", "PASS", rank_death={"error": error, "traceback": stack},
+                reason=f"PASS on its rerun in a fresh group; in its first attempt {error}")
+    records = [died, case("flux/tp2/native/fp32/tensor", "PASS")]
+    ids = [anchor(c["case_id"]) for c in records]
+    clicks = "".join(f'document.querySelector(\'a.cell-case[href="#{key}"]\').click();' for key in ids)
+    got = seen(tmp_path, run(tmp_path, records), "", OPEN_ALL + f"setTimeout(function () {{ {clicks} }}, 50);" +
+               DEATH_PROBE)["extra"]
+    assert got["cells"][ids[0]][0] == "\u2020" and "a rank died in an earlier attempt" in got["cells"][ids[0]][1]
+    assert got["cells"][ids[1]] is None
+    assert got["deaths"][ids[0]] == [error, stack], got["deaths"]
+    assert got["deaths"][ids[1]] is None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fragment", [
     "#case-qwenimage@masked/ring2/native/bf16/train+hang",  # the raw id, `@` and `+` as they are
@@ -1006,11 +1039,12 @@ window.__probe = function () {
 
 
 @pytest.mark.slow
-def test_browser_loads_are_column_groups_and_flows_rows_under_their_layout(tmp_path):
-    """The load axis is a column group beside each kind's plain column; the flow axis a row under its layout's (a
-    flow runs on a few layouts only: as columns it made flux's matrix 61 columns wide), in the order the file first
-    names them, never one kind's load among the other kind's columns."""
+def test_browser_loads_and_flows_are_rows_under_their_layout(tmp_path):
+    """A load and a flow are each a row under its layout's (each runs on a few layouts only: as columns they made
+    flux's quick-plan matrix 61 columns wide), the plain row first, then the others in the order the file first names
+    them; the columns stay the kinds, never one kind's load or flow among the other kind's columns."""
     got = seen(tmp_path, run(tmp_path, flow_cases()), "", HEADS)["extra"]
-    assert got["columns"] == ["image \u00b7 enable", "tensor \u00b7 enable", "tensor \u00b7 pretrained"], got
+    assert got["columns"] == ["image", "tensor"], got
     assert got["rows"] == ["ulysses2 native", "ulysses2 native \u21b3 lora", "ulysses2 native \u21b3 lora_after",
-                           "tp2 native", "tp2 native \u21b3 lora", "tp2 native \u21b3 lora_after"], got
+                           "ulysses2 native \u21b3 pretrained", "tp2 native", "tp2 native \u21b3 lora",
+                           "tp2 native \u21b3 lora_after", "tp2 native \u21b3 pretrained"], got
