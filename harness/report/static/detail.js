@@ -19,7 +19,8 @@
   R.detail = function (c, D) {
     var x = R.extraOf(c);
     return '<button type="button" class="close" data-close title="remove this case from the opened cases">close' +
-      "</button>" + whereHTML(c, D) + changeHTML(D.changes[c.i]) + decidedHTML(c) + reasonHTML(c) + knownHTML(c) +
+      "</button>" + whereHTML(c, D) + changeHTML(D.changes[c.i]) + decidedHTML(c) + reasonHTML(c) + deathHTML(c) +
+      knownHTML(c) +
       reproHTML(x) +
       evidenceHTML(c) + figuresHTML(c) +
       blocksHTML(x) +
@@ -48,6 +49,13 @@
   };
   function reasonHTML(c) {
     return c.reason ? '<h4>Reason</h4><pre class="reason">' + R.linked(c.reason) + "</pre>" : "";
+  }
+  // A rank died of a native signal in an earlier attempt (harness.run.launch): the case ran once more in a fresh
+  // group, and everything else shown is that run's; the death is kept, with the dead rank's own stack.
+  function deathHTML(c) {
+    var d = c.rank_death;
+    return d ? '<h4>A rank died in an earlier attempt</h4><p class="rank-death">' + esc(d.error) + "</p>" +
+      '<pre class="traceback">' + esc(d.traceback || "") + "</pre>" : "";
   }
   // A link out of the page to a known issue's traced cause (embed.py keeps only http(s) ones; checked again here).
   R.causeLink = function (url, text) {

@@ -4,6 +4,9 @@
 (function () {
   "use strict";
   var R = window.HarnessReport, esc = R.esc, SEP = "\u0000";
+  // a case whose rank died of a native signal in an earlier attempt: its cell shows the rerun's result, marked
+  var DIED = ' <span class="rank-died" title="a rank died in an earlier attempt; the case ran once more in a fresh ' +
+    'group">\u2020</span>';
 
   R.matrix = function (page) {
     var D = page.D, built = {}, leftOut = {};
@@ -84,7 +87,8 @@
       var tip = (d && d.text ? "decided by " + d.text + "\n" : "") + c.case_id + ": " + c.status +
         (c.reason ? "\n" + c.reason : "") + (change ? "\nagainst the base run: " + R.changeText(change) : "");
       return '<a class="cell-case s-' + esc(c.status) + '" href="#' + esc(c.anchor) + '" data-i="' + c.i + '" title="' +
-        esc(tip) + '"><b>' + esc(c.status) + (change ? R.changeMark(change) : "") + '</b><span class="num">' +
+        esc(tip) + '"><b>' + esc(c.status) + (change ? R.changeMark(change) : "") + (c.rank_death ? DIED : "") +
+        '</b><span class="num">' +
         (esc(c.cell) || "&nbsp;") + "</span></a>";
     }
     function unique(values) {
