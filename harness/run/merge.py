@@ -126,6 +126,8 @@ def _header(parts: list[Part], results: list[CaseResult]) -> RunHeader:
                                      f"{part.shard['count']}", "cases": len(part.results),
                                      "wall_s": part.header.wall_s} for part in parts])
     header.time_breakdown = time_breakdown(results, startups, sum(part.header.wall_s for part in parts))
+    header.values_help = {axis: {value: text for part in parts for value, text in part.header.values_help.get(
+        axis, {}).items()} for axis in {axis for part in parts for axis in part.header.values_help}}
     covered = coverage.merge([found for part in parts if (found := coverage.read(part.header))])
     header.coverage = covered.to_dict() if covered is not None else None
     return header
