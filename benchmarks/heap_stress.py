@@ -16,10 +16,15 @@ warm parent is started under them, so every rank forked from it has them.
 AOTAutograd, no Inductor kernels), `fork` (ranks started by torchrun, not forked from the warm parent); the patches
 are benchmarks/heap_stress_site/sitecustomize.py's.
 
+`--inject heap_overflow_rank1` is the positive control: one case whose rank 1 writes 8 bytes past a 40-byte heap
+block (harness/faults/reliability.py). With the checks its rank must die at that block's free, be named with its
+stack and core, and the case rerun once in a fresh group (where it dies again); without them nothing notices there.
+
 Each death: the case, the rank's Python stack (its faulthandler's, the case's traceback), and, where the kernel
 writes cores (`--cores`; as root the script points kernel.core_pattern there for the run and restores it), the
-core's native backtrace (`gdb -batch`), all under `--out`/deaths/. One line per round and a summary (rounds,
-launches, cases run, rank deaths) go to stdout and `--out`/rounds.jsonl.
+core's native backtrace (`gdb -batch`), all under `--out`/deaths/ (an attempt the harness reran counts too). One
+line per round and a summary (rounds, launches, cases run, rank deaths, the CPU time of every process of the
+rounds) go to stdout and `--out`/rounds.jsonl.
 
 Usage: `nice -n 19 python benchmarks/heap_stress.py [--rounds 10] [--off recorder,async] [--no-checks]`.
 """
@@ -34,15 +39,20 @@ import resource
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = Path(__file__).resolve().parent / "heap_stress_site"
 SLICE = ["--models", "flux,qwenimage", "--layouts", "ulysses2,ring2,tp2", "--kinds", "tensor"]
+# the positive control's one case (`--inject`): a fault in it must be found the way a real corruption would be
+CONTROL = ["--models", "flux", "--layouts", "ulysses2", "--backends", "native", "--dtypes", "fp32", "--kinds",
+           "tensor", "--modes", "eager", "--loads", "enable", "--flows", "none"]
 CHECKS = {"LD_PRELOAD": "libc_malloc_debug.so.0", "GLIBC_TUNABLES": "glibc.malloc.check=3:glibc.malloc.perturb=165"}
 CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
 SUSPECTS = {"recorder", "async", "inductor", "fork"}
+ROUND_TAG = "HEAP_STRESS_ROUND"  # in every process of a round, for CpuMeter
 DIED = re.compile(r"rank (\d+) died during the case \(pid (\d+)\)")
 
 
@@ -56,8 +66,11 @@ def round_env(off: set[str], checks: bool) -> dict[str, str]:
     return env
 
 
-def round_args(report_dir: Path, off: set[str], warm_cache: Path | None) -> list[str]:
-    args = ["run", *SLICE, "--report-dir", str(report_dir), "--keep-work", "--case-timeout", "900"]
+def round_args(report_dir: Path, off: set[str], warm_cache: Path | None, inject: str | None = None) -> list[str]:
+    args = ["run", *(CONTROL if inject else SLICE), "--report-dir", str(report_dir), "--keep-work",
+            "--case-timeout", "900"]
+    if inject:
+        args += ["--inject-fault", inject]
     if "inductor" in off:
         args += ["--modes", "eager,aot_eager"]
     if "fork" in off:
@@ -71,15 +84,47 @@ def _unlimited_cores() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
 
 
-def run_round(index: int, out: Path, off: set[str], checks: bool, warm_cache: Path | None) -> dict:
+def run_round(index: int, out: Path, off: set[str], checks: bool, warm_cache: Path | None,
+              inject: str | None = None) -> dict:
     report_dir = out / f"round-{index}"
-    started = time.monotonic()
-    with open(out / f"round-{index}.log", "w") as log:
-        done = subprocess.run([sys.executable, "-m", "harness", *round_args(report_dir, off, warm_cache)], cwd=ROOT,
-                              env=round_env(off, checks), stdout=log, stderr=subprocess.STDOUT,
-                              preexec_fn=_unlimited_cores)
+    started, tag = time.monotonic(), f"{os.getpid()}-{index}"
+    with open(out / f"round-{index}.log", "w") as log, CpuMeter(tag) as meter:
+        command = [sys.executable, "-m", "harness", *round_args(report_dir, off, warm_cache, inject)]
+        done = subprocess.run(command, cwd=ROOT, env={**round_env(off, checks), ROUND_TAG: tag}, stdout=log,
+                              stderr=subprocess.STDOUT, preexec_fn=_unlimited_cores)
     return {"round": index, "exit": done.returncode, "wall_s": round(time.monotonic() - started, 1),
-            **tally(report_dir)}
+            "cpu_s": round(meter.seconds(), 1), **tally(report_dir)}
+
+
+class CpuMeter:
+    """The CPU seconds of every process whose environment carries `tag` (the round's run, its warm parent, agents,
+    ranks, compile workers and compilers), read from /proc every second: a rank's time is not its launcher's to
+    collect (an agent stopped with SIGKILL never reaps it), and a process shorter than a second is missed."""
+
+    def __init__(self, tag: str) -> None:
+        self.needle, self.seen, self.stop = f"{ROUND_TAG}={tag}".encode(), {}, threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> CpuMeter:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def seconds(self) -> float:
+        return sum(self.seen.values()) / os.sysconf("SC_CLK_TCK")
+
+    def _sample(self) -> None:
+        while not self.stop.wait(1.0):
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    if self.needle in Path(f"/proc/{pid}/environ").read_bytes():
+                        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                        self.seen[pid] = int(fields[11]) + int(fields[12])  # utime, stime
+                except OSError:  # gone, or not ours to read
+                    pass
 
 
 def tally(report_dir: Path) -> dict:
@@ -95,15 +140,18 @@ def tally(report_dir: Path) -> dict:
     deaths = []
     for result in results:
         statuses[result.status.value] = statuses.get(result.status.value, 0) + 1
-        found = DIED.search(result.reason)
-        if found:
-            deaths.append({"case": result.case_id, "rank": int(found[1]), "pid": int(found[2]),
-                           "reason": result.reason, "stack": result.extra.get("traceback", "")})
+        first = result.rank_death or {}  # an attempt a death ended, rerun in a fresh group (harness.run.launch)
+        for reason, stack in ((first.get("error", ""), first.get("traceback", "")),
+                              (result.reason, result.extra.get("traceback", ""))):
+            found = DIED.search(reason)
+            if found:
+                deaths.append({"case": result.case_id, "rank": int(found[1]), "pid": int(found[2]),
+                               "reason": reason, "stack": stack})
     return {"launches": header.launches, "cases": sum(r.status.ran for r in results), "statuses": statuses,
             "deaths": deaths}
 
 
-def keep_deaths(record: dict, out: Path, cores: Path | None) -> None:
+def keep_deaths(record: dict, out: Path, cores: Path | None, keep_cores: bool = False) -> None:
     """Each death's stack, its core's backtrace and the round's launch logs under out/deaths/round-N/."""
     if not record["deaths"]:
         return
@@ -118,6 +166,8 @@ def keep_deaths(record: dict, out: Path, cores: Path | None) -> None:
         if core is not None:
             death["core"] = str(core)
             (kept / f"death-{number}.gdb.txt").write_text(backtrace(core))
+            if not keep_cores:  # 0.4 to 2 GB each: the backtrace is what is kept
+                core.unlink()
 
 
 def other_cores(record: dict, out: Path, cores: Path | None) -> None:
@@ -165,7 +215,8 @@ def drop_round(out: Path, index: int, keep: bool) -> None:
 def summary(records: list[dict], off: set[str], checks: bool) -> str:
     deaths = sum(len(r["deaths"]) for r in records)
     return (f"heap stress: {len(records)} round(s), {sum(r['launches'] for r in records)} launch(es), "
-            f"{sum(r['cases'] for r in records)} case(s) run, {deaths} rank death(s); off: "
+            f"{sum(r['cases'] for r in records)} case(s) run, {deaths} rank death(s), "
+            f"{sum(r['cpu_s'] for r in records) / 3600:.1f} CPU hours; off: "
             f"{','.join(sorted(off)) or 'nothing'}; heap checks {'on' if checks else 'off'}")
 
 
@@ -175,7 +226,10 @@ def main() -> int:
     parser.add_argument("--off", default="", help="suspects switched off: recorder, async, inductor, fork")
     parser.add_argument("--checks", action=argparse.BooleanOptionalAction, default=True, help="glibc's heap checks")
     parser.add_argument("--warm-cache", action="store_true", help="one Inductor cache for every round (else cold)")
+    parser.add_argument("--inject", metavar="FAULT", help="the positive control: one case with this fault, e.g. "
+                        "heap_overflow_rank1 (a rank overflows a heap block: with --checks it must die at its free)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/heap-stress"))
+    parser.add_argument("--keep-cores", action="store_true", help="keep a death's core beside its backtrace")
     parser.add_argument("--cores", type=Path, default=Path("/tmp/heap-stress/cores"))
     args = parser.parse_args()
     off = {name for name in args.off.split(",") if name}
@@ -188,17 +242,18 @@ def main() -> int:
     try:
         for index in range(1, args.rounds + 1):
             record = run_round(index, args.out, off, args.checks, args.out / "compile-cache" if args.warm_cache
-                               else None)
-            keep_deaths(record, args.out, cores)
+                               else None, args.inject)
+            keep_deaths(record, args.out, cores, args.keep_cores)
             other_cores(record, args.out, cores)
             drop_round(args.out, index, keep=bool(record["deaths"]))
-            record.update(off=sorted(off), checks=args.checks)
+            record.update(off=sorted(off), checks=args.checks, inject=args.inject)
             with open(args.out / "rounds.jsonl", "a") as rounds:
                 rounds.write(json.dumps({k: v for k, v in record.items() if k != "deaths"} |
                                         {"deaths": [{k: v for k, v in d.items() if k != "stack"}
                                                     for d in record["deaths"]]}) + "\n")
             records.append(record)
-            print(f"round {index}: exit {record['exit']}, {record['wall_s']}s, {record['launches']} launch(es), "
+            print(f"round {index}: exit {record['exit']}, {record['wall_s']}s wall, {record['cpu_s']}s CPU, "
+                  f"{record['launches']} launch(es), "
                   f"{record['cases']} case(s), statuses {record['statuses']}, "
                   f"{len(record['deaths'])} death(s) {[d['case'] for d in record['deaths']]}", flush=True)
     finally:

@@ -66,6 +66,19 @@ def _abort_self_once():
         _abort_self()
 
 
+def _overflow_heap_block():
+    """Write 8 bytes past the end of a 40-byte tensor's heap block, then free it. Without glibc's heap checks nothing
+    notices at once (the damage to the next block surfaces later, or never); with them (malloc-check mode) the
+    block's free aborts there and then: benchmarks/heap_stress.py's positive control."""
+    import ctypes
+
+    import torch
+
+    block = torch.empty(10)  # 40 bytes from PyTorch's CPU allocator (posix_memalign)
+    ctypes.memset(block.data_ptr() + 40, 0x41, 8)
+    del block
+
+
 def _sigkill_agent():
     """Kill this node's torchrun (which started this rank), then wait, as a node whose agent died does no more
     work: the case cannot finish before the node's harness agent has seen it."""
@@ -100,6 +113,13 @@ def abort_rank1():
        "rerun in a fresh group runs clean")
 def abort_rank1_once():
     return _on_rank1(_abort_self_once)
+
+
+@fault("reliability: rank 1 writes 8 bytes past the end of a heap block in the middle of the case (unnoticed there "
+       "unless glibc's heap checks are on, as benchmarks/heap_stress.py runs the ranks: then it dies at the block's "
+       "free)")
+def heap_overflow_rank1():
+    return _on_rank1(_overflow_heap_block)
 
 
 @fault("reliability, several nodes: the last rank of node 1 never reaches the collective (none elsewhere)")
