@@ -61,16 +61,26 @@ function now() {
   return [location.search, decodeURIComponent(location.hash), form.elements.status.value,
           window.__seen.shown(document.getElementById("details"))];
 }
+// Each step of the history is recorded once the page has handled it (its own popstate listener runs first), not
+// after a fixed delay: a busy machine takes longer to go back.
+function step(go, name, next) {
+  window.addEventListener("popstate", function once() {
+    window.removeEventListener("popstate", once);
+    setTimeout(function () { log[name] = now(); next(); }, 0);
+  });
+  go();
+}
 setTimeout(function () {
   form.elements.status.value = "PASS";
   form.dispatchEvent(new Event("change"));
   log.filtered = now();
   document.querySelector('a.cell-case[href="#case-OPENED"]').click();
   log.opened = now();
-  history.back();
-  setTimeout(function () { log.back = now(); history.back(); }, 40);
-  setTimeout(function () { log.back2 = now(); history.forward(); }, 80);
-  setTimeout(function () { log.forward = now(); }, 120);
+  step(function () { history.back(); }, "back", function () {
+    step(function () { history.back(); }, "back2", function () {
+      step(function () { history.forward(); }, "forward", function () {});
+    });
+  });
 }, 40);
 window.__probe = function () { return window.__log; };
 window.__wait = 1500;""".replace("OPENED", OPENED)
