@@ -11,6 +11,7 @@ from harness.report.changes import KINDS, MOVED
 from harness.report.sections import Group, group_section
 
 PREFIX = "c"  # the key of a group of changed cases in the page's data: `c0` the new failures, ...
+COLOURS = {"new failure": "FAIL", "fixed": "PASS"}  # a group's colour, a status's (the others: XPASS's, news)
 
 
 def changes_line(base, changed: dict[int, list[str]], unread: str) -> str:
@@ -37,8 +38,8 @@ def changes_section(cases: list[CaseResult], changed: dict[int, list[str]]) -> s
 
 def _groups(changed: dict[int, list[str]]) -> list[Group]:
     members = {kind: [i for i, change in sorted(changed.items()) if change[0] == kind] for kind in KINDS}
-    return [Group(f"{PREFIX}{n}", f"{_plural(kind, len(found))}: {KINDS[kind]}", found)
-            for n, (kind, found) in enumerate(members.items()) if found]
+    return [Group(f"{PREFIX}{n}", f"{_plural(kind, len(found))}: {KINDS[kind]}", found,
+                  status=COLOURS.get(kind, "XPASS")) for n, (kind, found) in enumerate(members.items()) if found]
 
 
 def _tally(changed: dict[int, list[str]]) -> dict[str, int]:
