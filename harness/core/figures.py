@@ -158,7 +158,7 @@ def decided_text(check: dict) -> str:
     over = check["margin"] > 1
     bound = {"<=": ">" if over else "<=", ">=": "<" if over else ">="}[check["bound"]]
     share = ("exact: any difference from " + _number(check["limit"]) + " fails" if is_exact(check)
-             else f"{_times(check['margin'])} of its allowance")
+             else f"{times(check['margin'])} of its allowance")
     return f"{check['label']}{about} {_number(check['value'])} {bound} {_number(check['limit'])} ({share}{derived})"
 
 
@@ -168,7 +168,7 @@ def decided_cell(check: dict) -> str:
     if is_exact(check) and float(check["margin"]) > 0:
         return f"{check['short']} {float(check['value']):.2g} {'<' if check['bound'] == '>=' else '>'} " \
                f"{_number(check['limit'])}"
-    return f"{check['short']} {_times(check['margin'])}"
+    return f"{check['short']} {times(check['margin'])}"
 
 
 def is_exact(check: dict) -> bool:
@@ -178,7 +178,8 @@ def is_exact(check: dict) -> bool:
     return is_number(ideal) and is_number(check.get("limit")) and float(check["limit"]) == float(ideal)
 
 
-def _times(used: float | str) -> str:
+def times(used: float | str) -> str:
+    """A share of an allowance as every view writes it: `0.50x`, `3155x`, `1.2e+05x`."""
     used = float(used)  # results.json writes an infinite margin as "inf"
     return f"{used:.2f}x" if used < 10 else (f"{used:.0f}x" if used < 1e5 else f"{used:.1e}x")
 

@@ -50,15 +50,16 @@ def written(figure: dict[str, Any]) -> str:
 
 def ratio(figure: dict[str, Any]) -> str:
     """The share of its limit a figure used, in the figure's direction (`figures.margin`: an error's value / limit,
-    SSIM's deficit from 1 against the allowed one), with two significant digits ("" where it means nothing: no
-    number, a zero limit). A figure from before figures declared their bound reads as an upper bound."""
+    SSIM's deficit from 1 against the allowed one), written as the cell and the deciding check's text write it
+    (`figures.times`; "" where it means nothing: no number, a zero limit). A figure from before figures declared
+    their bound reads as an upper bound."""
     value, limit = figure.get("value"), figure.get("limit")
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (value, limit)):
         return ""
     if not limit or not math.isfinite(value) or not math.isfinite(limit):
         return ""
     used = figures.margin(value, limit, figure.get("bound", "<="), figure.get("ideal", 0.0))
-    return f"{float(f'{used:.2g}'):g}\u00d7"  # two digits, never in exponent form below a million: 1200x
+    return figures.times(used).replace("x", "\u00d7")  # as the cell and the deciding check's text write it
 
 
 def number(value: Any) -> str:

@@ -80,8 +80,8 @@ def test_lower_bounds_are_margins_of_deficits_with_their_direction():
     # the page's figures table writes the same share; a figure from an older file (no bound) reads value / limit
     from harness.report import pack
 
-    assert pack.ratio(SSIM.of(0.999387, 0.99)) == "0.061\u00d7"
-    assert pack.ratio({"value": 0.999387, "limit": 0.99}) == "1\u00d7"
+    assert pack.ratio(SSIM.of(0.999387, 0.99)) == "0.06\u00d7"  # as the text above writes it
+    assert pack.ratio({"value": 0.999387, "limit": 0.99}) == "1.01\u00d7"
 
 
 def test_the_views_write_the_deciding_check(tmp_path):

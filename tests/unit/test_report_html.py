@@ -100,7 +100,7 @@ def test_records_are_embedded_once_and_read_back_whole(tmp_path, page):
                                                      want.figures]
     fail, xfail, image = decoded(page)[1], decoded(page)[5], decoded(page)[8]
     assert fail["cell"] == "1.2e-02" and fail["figures"][0] == ["max_abs_err", "max abs err", "0.0123", "1e-05",
-                                                                 "1200\u00d7"]
+                                                                 "1230\u00d7"]
     assert fail["evidence"] == [["max_abs", "", "0.0123", "1e-05"]]
     assert xfail["cell"] == "nan" and xfail["figures"][0][2] == "nan"
     assert image["extra"]["images"] == {name: safe_relative(path) for name, path in IMAGES.items() if name != "diff"}
@@ -588,7 +588,7 @@ def test_browser_draws_details_when_opened(tmp_path):
 
     figures_ = re.findall(r'<tr data-figure="(\w+)"[^>]*><td>([^<]*)</td><td[^>]*>([^<]*)</td><td class="n">([^<]*)'
                           r'</td><td class="n">([^<]*)</td>', detail(ids[1]))
-    assert figures_ == [("max_abs_err", "max abs err", "0.0123", "1e-05", "1200\u00d7"),
+    assert figures_ == [("max_abs_err", "max abs err", "0.0123", "1e-05", "1230\u00d7"),
                         ("mean_abs_err", "mean abs err", "2e-08", "", ""), ("nonfinite", "non-finite values", "0", "",
                                                                              "")]
     assert re.search(r'<tr data-check="max_abs"><td><code>max_abs</code></td><td>\u2014</td><td class="n">0.0123</td>'
