@@ -9,7 +9,7 @@ case says so (`cache_reuse`).
 
 from __future__ import annotations
 
-from harness.flows.registry import Call, Equivalent, flow
+from harness.flows.registry import AFTER, BEFORE, Call, Equivalent, Refused, flow
 
 STEPS = 5  # the loop's steps: room for a warm-up, reuses and full steps between them
 DISTILLED = True  # FasterCache is told each call is one branch: the loop calls the branches apart, each in its context
@@ -17,6 +17,17 @@ DISTILLED = True  # FasterCache is told each call is one branch: the loop calls 
 # same loop with a model of its own per branch is what the cached loop must equal (on a loop of one branch, itself)
 PER_BRANCH = Equivalent("the same cache on a model of its own for each branch (cond, uncond): no state shared",
                         per_context=True)
+
+
+# First Block Cache, MagCache and SeaCache read each block's inputs and outputs from diffusers' registry of block
+# classes; a model whose block is not registered is refused with a clear error, on one device as on any layout
+UNREGISTERED = tuple(Refused(position, "all", "not registered", "diffusers.hooks._helpers",
+                             "TransformerBlockRegistry.get, from enable_cache") for position in (BEFORE, AFTER))
+# TaylorSeer's attention modules: diffusers' defaults (`_TRANSFORMER_BLOCK_IDENTIFIERS`, matched in full) end at `attn`,
+# so Wan's, LTX's, Helios' and ChronoEdit's `attn1`/`attn2` get no hook and the cache silently does nothing there
+# (docs/findings.md); the same patterns with the digit, so that the flow tests the cache on every model
+ATTENTIONS = [r"^blocks.*attn\d*", r"^transformer_blocks.*attn\d*", r"^single_transformer_blocks.*attn\d*",
+              r"^temporal_transformer_blocks.*attn\d*"]
 
 
 def _cache(hooks_module: str) -> dict:
@@ -28,10 +39,15 @@ def _cache(hooks_module: str) -> dict:
             "equals": PER_BRANCH}
 
 
+def _registered(hooks_module: str) -> dict:
+    """A cache of the block registry's (First Block Cache, MagCache, SeaCache): refused on a block it has not."""
+    return {**_cache(hooks_module), "refused": UNREGISTERED}
+
+
 # Each rank decides on its own chunk under context parallelism and the ranks deadlock (a TIMEOUT after the case's
 # time limit, which no entry excuses): the quick plan runs it in neither position (docs/flows.md)
 @flow(Call("model.enable_cache(FirstBlockCacheConfig(threshold=0.5)): the remaining blocks reused while the first "
-           "block's residual changes by less than half"), **_cache("first_block_cache"), quick=())
+           "block's residual changes by less than half"), **_registered("first_block_cache"), quick=())
 def cache_fbc(module, setting):
     from diffusers.hooks import FirstBlockCacheConfig
 
@@ -64,17 +80,18 @@ def cache_faster(module, setting):
 
 
 @flow(Call("model.enable_cache(TaylorSeerCacheConfig(cache_interval=2, disable_cache_before_step=1, max_order=1, "
-           "taylor_factors_dtype=<the case's dtype>))"), **_cache("taylorseer_cache"))
+           "taylor_factors_dtype=<the case's dtype>, cache_identifiers=<every block's attention, attn1 and attn2 "
+           "too>))"), **_cache("taylorseer_cache"))
 def cache_taylorseer(module, setting):
     from diffusers.hooks import TaylorSeerCacheConfig
 
     module.enable_cache(TaylorSeerCacheConfig(cache_interval=2, disable_cache_before_step=1, max_order=1,
-                                              taylor_factors_dtype=setting.dtype))
+                                              taylor_factors_dtype=setting.dtype, cache_identifiers=ATTENTIONS))
 
 
 @flow(Call("model.enable_cache(MagCacheConfig(threshold=0.5, max_skip_steps=2, num_inference_steps=<the loop's "
            "steps>, mag_ratios=[1.0] * steps)): flat magnitude ratios, as calibrating a model whose residuals barely "
-           "change gives"), **_cache("mag_cache"))
+           "change gives"), **_registered("mag_cache"))
 def cache_mag(module, setting):
     from diffusers.hooks import MagCacheConfig
 
@@ -85,7 +102,7 @@ def cache_mag(module, setting):
 
 @flow(Call("model.enable_cache(SeaCacheConfig(threshold=0.5, raw_vision_callback=<the packed latents as one "
            "frame>)), the loop's cache_context carrying step_index, sigma and num_inference_steps"),
-      **_cache("sea_cache"))
+      **_registered("sea_cache"))
 def cache_sea(module, setting):
     from diffusers.hooks import SeaCacheConfig
 

@@ -66,7 +66,8 @@ class Denoising:
 
     def run(self, model, inputs: dict, forward: Callable) -> object:
         """`forward(model, inputs)` for each branch of every step, each inside its `cache_context`, the guided output
-        the next latents' Euler step; the last step's guided output."""
+        the next latents' Euler step; the last step's guided output. The caches' states are reset at the end, as a
+        pipeline's call ends."""
         latents, self.work = inputs["hidden_states"], []
         models = self.branch_models or dict.fromkeys(self.contexts, model)
         with _Counter(*dict.fromkeys(models.values())) as counter:
@@ -83,6 +84,9 @@ class Denoising:
                 output = self._guided(outputs)
                 if output.shape == latents.shape:
                     latents = latents + (following - self.sigma) * output
+        for branch in dict.fromkeys(models.values()):  # as a pipeline's call ends (`maybe_free_model_hooks`): the
+            if hasattr(branch, "_reset_stateful_cache"):  # next run (a compiled case's measured one) starts afresh
+                branch._reset_stateful_cache()
         return output
 
     def _inputs(self, inputs: dict, latents, context: str) -> dict:

@@ -21,8 +21,10 @@ BEFORE, AFTER = "before", "after"  # the positions: before enable_parallelism, a
 
 
 def on_layouts(family: str, layout) -> bool:
-    """Whether `layout` is of the family a flow or a refusal names: "tp", "cp" or "any" parallel layout."""
-    return {"tp": layout.tp > 1, "cp": layout.is_context_parallel, "any": layout.world_size > 1}[family]
+    """Whether `layout` is of the family a flow or a refusal names: "tp", "cp" or "any" parallel layout, or "all"
+    (one device too: a refusal of the model, whatever its layout)."""
+    return {"tp": layout.tp > 1, "cp": layout.is_context_parallel, "any": layout.world_size > 1,
+            "all": True}[family]
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class Refused:
     its numbers)."""
 
     position: str  # before or after
-    layouts: str  # "tp": tensor-parallel layouts, "cp": context-parallel ones, "any"
+    layouts: str  # "tp": tensor-parallel layouts, "cp": context-parallel ones, "any" parallel one, "all"
     error: str  # a text of diffusers' message
     module: str  # the diffusers module whose source carries it
     where: str  # the check, for people

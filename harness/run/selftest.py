@@ -137,7 +137,7 @@ CONTROLS = [
     Control("flux", "tp2", "native", "fp32", "cache_never_reuses", "the cache reused nothing", flow="cache_fbc"),
     # Rank 1's cache decides the other way after its warm-up: qwenimage's all-reduces still pair up (same sizes), so the
     # run ends and the per-step record names the first step the ranks disagree at
-    Control("qwenimage", "tp2", "native", "fp32", "cache_decides_alone", "step 1: the ranks decided differently",
+    Control("qwenimage", "tp2", "native", "fp32", "cache_decides_alone", "step 1 cond: the ranks decided differently",
             flow="cache_taylorseer"),
     # A known issue excuses only its evidence: a second TP training bug in cells that are XFAIL for the first one
     # (the per-head norm weights) must come out FAIL, naming what the known issue does not.

@@ -126,6 +126,35 @@ def test_no_code_outside_the_loads_branches_on_a_load_name():
     assert found == []
 
 
+def _flow_spellings(text: str) -> list[str]:
+    """Flow names spelt in code: compared with (`case.flow == "lora"`, `"cache_fbc" in chosen`), or any `_after` value
+    listed (`LEFT_OUT = ("processor_after",)`); a case's own axis value (`flow="lora_scaled"`) names a case, as an id
+    does."""
+    from harness import flows
+
+    names, tree = set(flows.VALUES) - {flows.NONE}, ast.parse(text)
+    allowed = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.keyword) and node.arg == "flow"}
+    compared = {id(constant) for node in ast.walk(tree) if isinstance(node, ast.Compare)
+                for part in (node.left, *node.comparators) for constant in ast.walk(part)}
+    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and node.value in names
+            and id(node) not in allowed and (id(node) in compared or node.value.endswith(flows.registry.SUFFIX))]
+
+
+def test_no_code_outside_the_flows_spells_a_flow_name():
+    """A flow is one declaration on its code under harness/flows/ (or a module of your own): what it is and where the
+    quick plan runs it is declared there (`quick=`), never listed or branched on by name elsewhere."""
+    found = [f"{path.relative_to(PACKAGE.parent)}: {name}" for path in PACKAGE.rglob("*.py")
+             if "flows" not in path.relative_to(PACKAGE).parts for name in _flow_spellings(path.read_text())]
+    assert found == []
+
+
+def test_the_flow_spelling_check_sees_a_list_and_a_branch():
+    """The control: the quick plan's list of left-out flows run/settings.py had, and a branch on a flow's name."""
+    assert _flow_spellings('QUICK_LEFT_OUT = ("processor_after", "cache_fbc", "cache_fbc_after")\n'
+                           'if case.flow == "lora":\n    pass\nControl(flow="lora_scaled_after")\n') == \
+        ["processor_after", "cache_fbc_after", "lora"]
+
+
 def test_the_load_branch_check_sees_a_branch():
     """The control: the if-chains rank/loading.py had before the registry are caught."""
     assert _load_branches('    if load.name == "tp_device_map":\n    elif load == "tp_cpu_offload":\n'

@@ -39,17 +39,18 @@ class _Toy(torch.nn.Module):
         self.contexts.append((name, where["step_index"], where["sigma"]))
         yield
 
-    def forward(self, hidden_states, timestep):
+    def forward(self, hidden_states, timestep, encoder_hidden_states=None):
         self.seen.append(hidden_states.clone())
-        out = self.first(hidden_states)
+        out = self.first(hidden_states + (0 if encoder_hidden_states is None else encoder_hidden_states))
         out = out if self.step in self.reused else self.second(out)
         self.step += 1
         return out * timestep
 
 
-def _loop(model, steps=4):
-    loop = Denoising(steps)
-    inputs = {"hidden_states": torch.ones(1, 4), "timestep": torch.ones(1)}
+def _loop(model, steps=4, contexts=("cond",), prompt=None):
+    loop = Denoising(steps, contexts)
+    inputs = {"hidden_states": torch.ones(1, 4), "timestep": torch.ones(1),
+              **({} if prompt is None else {"encoder_hidden_states": prompt})}
     return loop, loop.run(model, inputs, lambda module, given: module(**given))
 
 
@@ -78,6 +79,32 @@ def test_a_release_whose_cache_context_takes_the_name_alone_runs_the_same_loop()
     assert toy.contexts == ["cond"] * 4 and loop.work == [2, 1, 2, 2]
 
 
+def test_a_guided_loop_runs_cond_then_uncond_with_the_negative_prompt_and_steps_by_the_guided_output():
+    """True CFG as the QwenImage, Wan and Flux pipelines run it: each step, `cond` then `uncond` (the negative
+    prompt's embeddings, here the prompt's negated), each in its own cache context and counted apart; the latents move
+    by uncond + scale x (cond - uncond)."""
+    from harness.flows import denoising
+
+    toy, prompt = _Toy(reused={3}), torch.full((1, 4), 0.5)
+    loop, output = _loop(toy, steps=2, contexts=("cond", "uncond"), prompt=prompt)
+    assert [name for name, _, _ in toy.contexts] == ["cond", "uncond", "cond", "uncond"]
+    assert loop.labels == ["step 0 cond", "step 0 uncond", "step 1 cond", "step 1 uncond"] and loop.work == [2, 2, 2, 1]
+    cond, uncond = (toy.second(toy.first(toy.seen[0] + sign * prompt)) * loop.sigmas[0] for sign in (1, -1))
+    guided = uncond + denoising.GUIDANCE * (cond - uncond)
+    assert torch.allclose(toy.seen[2], toy.seen[0] + (loop.sigmas[1] - loop.sigmas[0]) * guided)
+    assert torch.equal(toy.seen[1], toy.seen[0]) and output.shape == (1, 4)
+
+
+def test_a_model_of_its_own_per_branch_keeps_each_branch_apart():
+    """One device's equivalent of a cache that keeps a state per context: the branches run on models of their own,
+    counted together."""
+    cond, uncond = _Toy(reused={1}), _Toy()
+    loop = Denoising(2, ("cond", "uncond"))
+    loop.branch_models = {"cond": cond, "uncond": uncond}
+    loop.run(_Toy(), {"hidden_states": torch.ones(1, 4), "timestep": torch.ones(1)}, lambda m, given: m(**given))
+    assert loop.work == [2, 2, 1, 2] and len(cond.seen) == len(uncond.seen) == 2
+
+
 def test_each_step_feeds_the_next_latents_by_an_euler_step():
     toy = _Toy()
     loop, _ = _loop(toy, steps=2)
@@ -96,6 +123,9 @@ def test_ranks_that_decided_alike_and_reused_pass_with_their_record():
     assert found == []
     block = result.extra["blocks"][0]
     assert block["columns"] == ["", "rank 0", "rank 1"] and block["rows"][1] == ["step 1", 22, 22]
+    labelled = base_result(Case("flux", parse_layout("ulysses2"), "native", "fp32", flow="cache_fbc"))
+    found = decisions.failures(labelled, [[28, 22], [28, 28]], ["step 0 cond", "step 0 uncond"])
+    assert found[0].subject == "step 0 uncond" and labelled.extra["blocks"][0]["rows"][1][0] == "step 0 uncond"
 
 
 def test_a_step_at_which_the_ranks_decided_differently_fails_naming_it():  # the comparison's negative control
@@ -166,8 +196,8 @@ def test_a_cache_that_never_reuses_fails_where_its_clean_twin_passes(cached):
 def test_ranks_that_decide_differently_fail_naming_the_step_or_end_as_a_timeout_never_a_hang(cached):
     # qwenimage tp2: the all-reduces still pair up (same sizes), so the run ends and the record shows the divergence
     alone = cached["qwenimage/tp2/native/fp32/tensor/cache_taylorseer+cache_decides_alone"]
-    assert alone.status is Status.FAIL and "step 1: the ranks decided differently" in alone.reason
-    assert any(item["check"] == "cache_decisions" and item["subject"] == "step 1" for item in alone.evidence)
+    assert alone.status is Status.FAIL and "step 1 cond: the ranks decided differently" in alone.reason
+    assert any(item["check"] == "cache_decisions" and item["subject"] == "step 1 cond" for item in alone.evidence)
     # flux ulysses2: one rank waits in an all-to-all the other never joins; the case, named with its flow, is TIMEOUT
     hung = cached["flux/ulysses2/native/fp32/tensor/cache_taylorseer+cache_decides_alone"]
     assert hung.status is Status.TIMEOUT and "stuck: rank 0" in hung.reason
