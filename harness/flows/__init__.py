@@ -26,6 +26,7 @@ from harness.flows.registry import (
     Refused,
     Setting,
     flow,
+    quick_compiled,
     quick_values,
     refusal_of,
     sets_backend,
@@ -40,6 +41,6 @@ for _module in filter(None, (name.strip() for name in os.environ.get(ENV, "").sp
     except ImportError as error:
         raise HarnessError(f"{ENV}: cannot import flow module {_module!r} ({error})") from None
 
-__all__ = ["ENV", "AFTER", "BEFORE", "CHANGES", "KEEPS", "NONE", "REGISTERED", "VALUES", "Call", "Equivalent", "Flow",
-           "FlowValue", "Refused", "Setting", "flow", "make", "make_at", "quick_values", "refusal_of", "sets_backend",
-           "value_of"]
+__all__ = ["AFTER", "BEFORE", "CHANGES", "ENV", "KEEPS", "NONE", "REGISTERED", "VALUES", "Call", "Equivalent", "Flow",
+           "FlowValue", "Refused", "Setting", "flow", "make", "make_at", "quick_compiled", "quick_values",
+           "refusal_of", "sets_backend", "value_of"]

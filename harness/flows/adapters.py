@@ -45,7 +45,7 @@ def _load(module, setting, seed: int = SEED, hotswap: bool = False, scale_b: flo
 
 
 # image: on the pipeline's transformer, what `pipe.load_lora_weights` does
-@flow(LOAD, **LORA, kinds=("tensor", "image"))
+@flow(LOAD, **LORA, kinds=("tensor", "image"), quick_compiled=True)
 def lora(module, setting):
     _load(module, setting)
 

@@ -81,7 +81,7 @@ def cache_faster(module, setting):
 
 @flow(Call("model.enable_cache(TaylorSeerCacheConfig(cache_interval=2, disable_cache_before_step=1, max_order=1, "
            "taylor_factors_dtype=<the case's dtype>, cache_identifiers=<every block's attention, attn1 and attn2 "
-           "too>))"), **_cache("taylorseer_cache"))
+           "too>))"), **_cache("taylorseer_cache"), quick_compiled=True)
 def cache_taylorseer(module, setting):
     from diffusers.hooks import TaylorSeerCacheConfig
 

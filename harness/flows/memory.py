@@ -9,7 +9,7 @@ TP_MODULE = "diffusers.hooks.tensor_parallel"
 
 
 @flow(Call("model.enable_layerwise_casting(storage_dtype=torch.bfloat16, compute_dtype=<the case's dtype>)",
-           CHANGES), needs_api=("enable_layerwise_casting",))
+           CHANGES), needs_api=("enable_layerwise_casting",), quick_compiled=True)
 def layerwise_casting(module, setting):
     import torch
 

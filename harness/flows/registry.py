@@ -102,6 +102,9 @@ class Flow:
     # the positions the quick plan runs (the full plan and `--flows all` run every one); a position left out is a
     # finding no entry can excuse yet, said where it is declared
     quick: tuple[str, ...] = (BEFORE, AFTER)
+    # the quick plan compiles it too, before enable_parallelism (a proof path of its own under torch.compile: a LoRA's
+    # layers, a cast's graph breaks, a cache's steps that run outside the graphs)
+    quick_compiled: bool = False
     # it sets the attention backend itself (the distributed-inference guide's order): the case's build leaves the
     # model's default, as a user's loaded model has it
     sets_backend: bool = False
@@ -176,6 +179,11 @@ def flow(*calls: Call, **declared):
 def quick_values() -> list[str]:
     """The flow axis's values the quick plan runs: the default and each flow at the positions it declares `quick`."""
     return [name for name, value in VALUES.items() if value.flow is None or value.position in value.flow.quick]
+
+
+def quick_compiled() -> list[str]:
+    """The flow values the quick plan compiles (each flow's `quick_compiled`, before enable_parallelism)."""
+    return [name for name, value in VALUES.items() if value.before and value.flow.quick_compiled]
 
 
 def sets_backend(name: str) -> bool:

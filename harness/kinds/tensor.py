@@ -26,7 +26,7 @@ from harness.kinds.base import (
     every_model_slice,
     slice_ids,
 )
-from harness.kinds.capturing import seeded_meta, seeded_model
+from harness.kinds.capturing import module_record, seeded_meta, seeded_model
 
 MAX_ABS = FigureSpec("max_abs_err", "max abs err", cell="{value:.1e}", short="err")
 MEAN_ABS = FigureSpec("mean_abs_err", "mean abs err")
@@ -85,18 +85,25 @@ class TensorKind(Kind):
     def compile_slice(self, plan: str) -> list[str]:
         """quick: flux and qwenimage on one layout of each family it compiles (ring's native backend is a known
         refusal; the full plan compiles ring), fp32, and flux's single and ulysses2 in bf16 (about 4 minutes of Inductor
-        cold with the train kind's case, 1 warm, on 2 cores: docs/compile.md). full: every model under ulysses2, and
-        each layout family on flux and qwenimage."""
+        cold with the train kind's case, 1 warm, on 2 cores: docs/compile.md), and flux's ulysses2 with the flows that
+        declare `quick_compiled` (a LoRA, layerwise casting, a cache: each a proof path of its own compiled). full:
+        every model under ulysses2, each layout family on flux and qwenimage, and every flow in both orders on flux's
+        ulysses2."""
         if plan == "quick":
+            from harness import flows
+
+            ulysses = slice_ids(self.name, ("flux",), (("ulysses2", "native"),))
             return [*slice_ids(self.name, ("flux", "qwenimage"), (("single", "native"), ("ulysses2", "native"),
                                                                    ("tp2", "native"))),
-                    *slice_ids(self.name, ("flux",), (("single", "native"), ("ulysses2", "native")), ("bf16",))]
+                    *slice_ids(self.name, ("flux",), (("single", "native"), ("ulysses2", "native")), ("bf16",)),
+                    *(f"{case}/{value}" for case in ulysses for value in flows.quick_compiled())]
         if plan != "full":
             return []
         from harness.catalogue.zoo import SPECS
 
         return [*slice_ids(self.name, SPECS, (("ulysses2", "native"),)),
-                *slice_ids(self.name, ("flux", "qwenimage"), FULL_COMPILE_FAMILIES)]
+                *slice_ids(self.name, ("flux", "qwenimage"), FULL_COMPILE_FAMILIES),
+                *(f"{case}/*" for case in slice_ids(self.name, ("flux",), (("ulysses2", "native"),)))]  # every flow
 
     def load_slice(self, plan: str) -> list[str]:
         """quick: flux and qwenimage on one layout of each family diffusers loads with a parallel_config, fp32."""
@@ -132,10 +139,13 @@ class TensorKind(Kind):
         spec, path, module = seeded_model(self.name, model, shape, root, force)
         if module is None:
             return path, False
+        from harness.rank.fingerprint import Recorder
+
         inputs = spec.inputs(shape)
-        output = run_model(module, inputs)
-        meta = seeded_meta(spec, shape, self.name, spec.config_hash())
-        return path, write_reference(path, module.state_dict(), inputs, output, meta, force=force)
+        with Recorder(module) as recorder:  # what each module gave: where a later run first leaves it
+            output = run_model(module, inputs)
+        meta, modules = seeded_meta(spec, shape, self.name, spec.config_hash()), module_record(recorder.finish(output))
+        return path, write_reference(path, module.state_dict(), inputs, output, meta, force=force, modules=modules)
 
     def build(self, case, reference, device, load) -> Built:
         """The model from the reference's fp32 weights cast once to the case's dtype (never down and back up)."""

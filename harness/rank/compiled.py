@@ -20,6 +20,12 @@ A graph's module names are relative to the frame Dynamo compiled it from, which 
 repeated block (regional compilation), or a frame Dynamo compiled on its own after a graph break. So each execution
 also names the module it ran in, the innermost module of the model whose method is on the Python stack, and the
 graph's names are read under it. What the graphs cannot show is said in `notes`.
+
+What runs outside every graph in the measured run is the compiled model's too: a function diffusers' hooks wrap in
+`torch.compiler.disable` (MagCache's and SeaCache's block hooks run whole blocks there), or the eager code between
+the graphs of a break (layerwise casting's hook builds a Parameter, a break each time). A dispatch mode that steps
+aside while Dynamo compiles (`ignore_compile_internals`) and while a graph or the recorded backward runs sees those
+ops one by one, and names each by the innermost module on the Python stack: the eager remainder of the proof.
 """
 
 from __future__ import annotations
@@ -30,19 +36,24 @@ import sys
 from collections import Counter, defaultdict
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness.core.modes import Mode, mode_of
 from harness.rank import comms, kernels
-from harness.rank.recorder import BACKWARD, RunRecorder
+from harness.rank.recorder import BACKWARD, RunRecorder, is_dtensor
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention  # the builtin Dynamo records, whatever wraps it
 # How Dynamo names the compiled module itself in nn_module_stack, and a submodule reached by item.
 _ROOT = re.compile(r"^\.?(L\['[^']*'\]|forward\.__self__|self\b)")
 _ITEM = re.compile(r"\.?(?:__dict__\['_modules'\]|_modules)\['([^']*)'\]|\[(\d+)\]")
 # diffusers' hooks wrap a module's forward (`forward.__self__`, or through closures of wrapped forwards).
-_HOOKED = re.compile(r"\.forward(?:\.func\.__closure__\.\d+\.cell_contents\.forward)*\.__self__")
+_HOOKED = re.compile(r"\.(?:original_)?forward(?:\.func\.__closure__\.\d+\.cell_contents\.(?:original_)?forward)*"
+                     r"\.__self__")
 PROOF_NOTE = ("kernels and collectives read from the ATen graphs the compiler was handed, times each graph's "
               "executions in the measured run, by the module of each op's nn_module_stack")
+REMAINDER_NOTE = ("the rest ran outside every compiled graph (a function diffusers' hooks keep from torch.compile, or "
+                  "the eager code of a graph break) and was recorded op by op as it ran, by the module on the Python "
+                  "stack")
 INDUCTOR_NOTE = ("Inductor generates code from those graphs: an attention op is proven to be in the graph it compiled, "
                  "not that Inductor kept its kernel")
 
@@ -63,6 +74,8 @@ class CompiledRun:
         self.regions: list[str] = [""]  # the modules compiled ("": the model)
         self.outside: list[str] = []  # predicted exchanges outside them (in_graphs)
         self.backward = None  # the measured run's backward, recorded op by op (a RunRecorder, once compiled)
+        self.inside = 0  # > 0 while a compiled graph or the recorded backward runs (the remainder looks away)
+        self.remainder = _Remainder(self)  # what runs outside every graph in the measured run
         torch._dynamo.reset()  # a fresh cache per case: its graphs are this case's own
         torch._dynamo.utils.counters.clear()
 
@@ -105,7 +118,11 @@ class CompiledRun:
         def run(*args):
             if self.measuring:
                 graph.runs[self._running_in()] += 1
-            return compiled(*args)
+            self.inside += 1
+            try:
+                return compiled(*args)
+            finally:
+                self.inside -= 1
 
         return run
 
@@ -145,9 +162,11 @@ class CompiledRun:
             graph.runs.clear()
         self._recording_backward = self._backward_recorded()
         self._recording_backward.__enter__()
+        self.remainder.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
+        self.remainder.__exit__(*exc)
         self._recording_backward.__exit__(*exc)
         self.measuring = False  # what runs after (a train case's later steps) is not in the proof
         # Dynamo's counters are global: the breaks are this case's when its run ends (the next case clears them).
@@ -161,8 +180,12 @@ class CompiledRun:
         original = torch.autograd.backward
 
         def backward(*args, **kwargs):
-            with self.backward.dispatched:
-                return original(*args, **kwargs)
+            self.inside += 1
+            try:
+                with self.backward.dispatched:
+                    return original(*args, **kwargs)
+            finally:
+                self.inside -= 1
 
         torch.autograd.backward = backward
         try:
@@ -170,12 +193,14 @@ class CompiledRun:
         finally:
             torch.autograd.backward = original
 
-    def _running_in(self) -> str:
-        """The model's innermost module whose method called the graph now running (`self` of a frame out from
-        here: the frame Dynamo compiled, or one out from it); the model itself ("") when none is."""
-        frame = sys._getframe(2)
+    def _running_in(self, depth: int = 2) -> str:
+        """The model's innermost module whose method called the graph or op now running (`self` of a frame out from
+        here: the frame Dynamo compiled, or one out from it; or `module`, what diffusers' hooks call the module they
+        run for); the model itself ("") when none is."""
+        frame = sys._getframe(depth)
         while frame is not None:
-            name = self.names.get(id(frame.f_locals.get("self")))
+            local = frame.f_locals
+            name = self.names.get(id(local.get("self")), self.names.get(id(local.get("module"))))
             if name is not None:
                 return name
             frame = frame.f_back
@@ -184,6 +209,7 @@ class CompiledRun:
     def executed(self) -> dict[str, int]:
         """The attention kernels of the measured run (as harness.rank.recorder writes them)."""
         total: Counter = Counter(self.backward.kernels if self.backward is not None else {})
+        total.update(self.remainder.kernels)
         for graph in self.graphs:
             for name, count in graph.kernels.items():
                 total[name] += count * graph.executions
@@ -198,10 +224,11 @@ class CompiledRun:
                     entry = table[_under(base, module)][collective]
                     entry[0] += count * runs
                     entry[1] += size * runs
-        for module, row in (self.backward.table if self.backward is not None else {}).items():
-            for collective, (count, size) in row.items():
-                table[module][collective][0] += count
-                table[module][collective][1] += size
+        for recorded in ((self.backward.table if self.backward is not None else {}), self.remainder.table):
+            for module, row in recorded.items():
+                for collective, (count, size) in row.items():
+                    table[module][collective][0] += count
+                    table[module][collective][1] += size
         return {module: dict(sorted(row.items())) for module, row in sorted(table.items())}
 
     def figures(self) -> dict:
@@ -218,6 +245,8 @@ class CompiledRun:
     def notes(self) -> list[str]:
         """The parts of the proof a compiled run gives differently from an eager one, said with every case."""
         notes = [PROOF_NOTE]
+        if self.remainder.table or self.remainder.kernels:
+            notes.append(REMAINDER_NOTE)
         if self.outside:
             notes.append(f"regional compilation compiles the repeated blocks only: {', '.join(self.outside)} run(s) "
                          "eager between the graphs, where the graph reader sees nothing; not checked")
@@ -252,6 +281,44 @@ def _compile(module: torch.nn.Module, mode: Mode, backend) -> None:
         module.compile_repeated_blocks(backend=backend)
     else:
         module.compile(backend=backend)
+
+
+class _Remainder(TorchDispatchMode):
+    """The measured run's ops that no compiled graph ran: collectives and attention kernels, each under the module
+    on the Python stack (`CompiledRun._running_in`). Off while Dynamo compiles, and while a graph or the recorded
+    backward runs (their ops are counted from the graphs and by the backward's own recorder)."""
+
+    supports_higher_order_operators = True
+
+    def __init__(self, run: CompiledRun):
+        super().__init__()
+        self.run = run
+        self.kernels: Counter = Counter()
+        self.table: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        return True  # Dynamo compiles under it, as with no mode (a user mode makes Dynamo leave every frame eager)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.run.inside:
+            return func(*args, **kwargs)
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            name = kernels.kernel_of_operator(func.name())
+            if name is not None:
+                self.kernels[name] += 1
+            return func(*args, **kwargs)
+        if any(t is not torch.Tensor and is_dtensor(t) for t in types):
+            return NotImplemented  # DTensor desugars into plain ops that come back here
+        collective = comms.collective_of(func)
+        if collective is not None:
+            entry = self.table[self.run._running_in(3)][collective]
+            entry[0] += 1
+            entry[1] += comms.payload_bytes(func, args, kwargs)
+        elif (name := kernels.kernel_of_operator(func._schema.name)) is not None:
+            self.kernels[name] += 1
+        return func(*args, **kwargs)
 
 
 class _Graph:

@@ -50,7 +50,7 @@ class _Dispatched(TorchDispatchMode):
         if isinstance(func, torch._ops.HigherOrderOperator):
             self.recorder.kernel(kernels.kernel_of_operator(func.name()))
             return func(*args, **kwargs)
-        if any(t is not torch.Tensor and _is_dtensor(t) for t in types):
+        if any(t is not torch.Tensor and is_dtensor(t) for t in types):
             return NotImplemented  # DTensor desugars into plain ops (its collectives among them) that come back here
         collective = comms.collective_of(func)
         if collective is not None:
@@ -115,7 +115,7 @@ def _without(mode: TorchDispatchMode):
 
 
 @functools.cache
-def _is_dtensor(cls) -> bool:
+def is_dtensor(cls) -> bool:
     from torch.distributed.tensor import DTensor
 
     return issubclass(cls, DTensor)

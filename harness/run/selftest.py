@@ -89,6 +89,10 @@ CONTROLS = [
     Control("flux", "ulysses2", "native", "fp32", "cp_local_attention", "> tolerance", mode="aot_eager"),
     Control("flux", "ulysses2", "native", "fp32", "compiled_only", "> tolerance", mode="aot_eager",
             eager=Status.PASS),
+    # A cache's blocks run outside every compiled graph (MagCache's hooks are torch.compiler.disable'd): the proof
+    # records that remainder op by op, and sees the attention left without its exchange there
+    Control("flux", "ulysses2", "native", "fp32", "cp_attention_left_out", "transformer_blocks.0.attn: 0 all_to_all",
+            mode="aot_eager", flow="cache_mag"),
     Control("flux", "tp2", "native", "fp32", "tp_skip_allreduce", "> tolerance", mode="aot_eager"),  # DTensor traced
     # Compiled training: forward and backward through AOTAutograd; the CP attention's backward is wrong only there.
     # The compiled backward is proven too: diffusers' CP backward runs outside the graphs, recorded as it runs.
