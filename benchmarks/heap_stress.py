@@ -93,7 +93,7 @@ def run_round(index: int, out: Path, off: set[str], checks: bool, warm_cache: Pa
         done = subprocess.run(command, cwd=ROOT, env={**round_env(off, checks), ROUND_TAG: tag}, stdout=log,
                               stderr=subprocess.STDOUT, preexec_fn=_unlimited_cores)
     return {"round": index, "exit": done.returncode, "wall_s": round(time.monotonic() - started, 1),
-            "cpu_s": round(meter.seconds(), 1), **tally(report_dir)}
+            "cpu_s": round(meter.seconds(), 1), "pids": set(meter.seen), **tally(report_dir)}
 
 
 class CpuMeter:
@@ -171,13 +171,13 @@ def keep_deaths(record: dict, out: Path, cores: Path | None, keep_cores: bool = 
 
 
 def other_cores(record: dict, out: Path, cores: Path | None) -> None:
-    """Cores of processes that were no rank's death (a compile worker, the launcher): their backtraces kept, the
-    cores removed (a rank's core is 1 to 2 GB)."""
+    """Cores of the round's other processes (a compile worker, the launcher; not another program's that shares the
+    folder): their backtraces kept, the cores removed (a rank's is 0.4 to 2 GB)."""
     if cores is None:
         return
     mine = {death.get("core") for death in record["deaths"]}
     for core in sorted(cores.glob("core.*")):
-        if str(core) in mine:
+        if str(core) in mine or core.name.rsplit(".", 2)[-2] not in record["pids"]:  # core.<name>.<pid>.<time>
             continue
         kept = out / "deaths" / f"round-{record['round']}"
         kept.mkdir(parents=True, exist_ok=True)
@@ -248,7 +248,7 @@ def main() -> int:
             drop_round(args.out, index, keep=bool(record["deaths"]))
             record.update(off=sorted(off), checks=args.checks, inject=args.inject)
             with open(args.out / "rounds.jsonl", "a") as rounds:
-                rounds.write(json.dumps({k: v for k, v in record.items() if k != "deaths"} |
+                rounds.write(json.dumps({k: v for k, v in record.items() if k not in ("deaths", "pids")} |
                                         {"deaths": [{k: v for k, v in d.items() if k != "stack"}
                                                     for d in record["deaths"]]}) + "\n")
             records.append(record)

@@ -1,5 +1,6 @@
 """The CPU/gloo shims diffusers (and PyTorch's context parallelism) need to run parallel code without an accelerator,
-and one for what compiling costs there (Inductor's CPU kernels scalar: they stand in for a GPU's).
+one for what compiling costs there (Inductor's CPU kernels scalar: they stand in for a GPU's), and one for gloo
+itself (each group runs one collective at a time: two at once corrupted a rank's heap).
 
 Active only when CUDA is absent; each shim leaves what diffusers accepts or refuses unchanged, and applies only
 where the installed diffusers has the feature it adapts (harness.core.compat): a release without TP needs no TP shim.
@@ -36,6 +37,7 @@ def apply() -> None:
         _native_flash_ops_on_cpu()
     _torch_ring_serves_cpu_sdpa()
     _inductor_kernels_scalar()
+    _gloo_one_worker_thread()
     _applied = True
 
 
@@ -183,3 +185,28 @@ def _inductor_kernels_scalar() -> None:
 
     config.cpp.vec_isa_ok = False
     cpu_vec_isa.valid_vec_isa_list.cache_clear()  # a list probed before this, with the vector ISAs, is not kept
+
+
+def _gloo_one_worker_thread() -> None:
+    # gloo runs each group's collectives on two worker threads, so two issued with no wait between them (functional
+    # collectives, DTensor's, FSDP's and DDP's asynchronous ones) run at once; a rank's heap was corrupted that way
+    # (a gloo worker thread's free found its block overwritten: benchmarks/gloo_concurrency.py, docs/findings.md).
+    # With one worker thread the group runs them one after the other, in the order issued, as NCCL's stream does.
+    from torch.distributed import distributed_c10d as c10d
+
+    gloo = c10d.ProcessGroupGloo
+    if getattr(gloo, "_harness_cpu_shim", False):
+        return
+
+    class OneWorkerThread(gloo):
+        _harness_cpu_shim = True
+
+        def __init__(self, store, rank, size, timeout=None):
+            options = gloo._Options()
+            options._devices = [gloo.create_default_device()]
+            options._threads = 1
+            if timeout is not None:
+                options._timeout = timeout
+            super().__init__(store, rank, size, options)
+
+    c10d.ProcessGroupGloo = OneWorkerThread

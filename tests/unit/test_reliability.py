@@ -235,6 +235,29 @@ def test_the_warm_parent_forks_with_no_thread_but_its_own_and_refuses_beside_one
         refused
 
 
+GLOO_WORKERS = """
+import os, sys
+if sys.argv[1] == "shimmed":
+    from harness.rank import cpu
+    cpu.apply()
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+groups = [dist.group.WORLD, dist.new_group([0])]
+print(*(group._get_backend(torch.device("cpu")).options._threads for group in groups), flush=True)
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize(("start", "workers"), [("shimmed", "1 1"), ("plain", "2 2")])
+def test_a_ranks_gloo_groups_run_their_collectives_on_one_worker_thread_each(start, workers):
+    """gloo runs a group's collectives on two worker threads, so two issued back to back run at once, which
+    corrupted a rank's heap (docs/reliability.md#heap-corruption); a rank's CPU shims give every group it makes,
+    the world's and a subgroup's, one. The plain process is the control: gloo's two each."""
+    done = subprocess.run([sys.executable, "-c", GLOO_WORKERS, start], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == workers, done.stdout
+
+
 # ---------------------------------------------------------------------------- signals to `harness run`, resume
 
 
