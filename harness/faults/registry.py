@@ -10,6 +10,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from harness.core.errors import HarnessError
+from harness.core.registry import Registry
 
 MODULE_PATH = "<module path>"  # how a targeted fault's argument is written for people (`scale_output:<module path>`)
 
@@ -33,17 +34,14 @@ class Fault:
         return f"{self.name}:{MODULE_PATH}" if self.targeted else self.name
 
 
-REGISTERED: dict[str, Fault] = {}
+REGISTERED: Registry[Fault] = Registry("fault", "HARNESS_FAULTS")
 
 
 def fault(description: str, *, targeted: bool = False, model_change: bool = False):
     """Register the decorated function as the fault of its own name; the function is returned unchanged."""
     def register(start: Callable[..., AbstractContextManager]) -> Callable[..., AbstractContextManager]:
-        name = start.__name__
-        if name in REGISTERED:
-            raise ValueError(f"fault {name!r} is registered twice: in {REGISTERED[name].start.__module__} and in "
-                             f"{start.__module__}")
-        REGISTERED[name] = Fault(name, description, start, targeted, model_change)
+        REGISTERED.add(start.__name__, Fault(start.__name__, description, start, targeted, model_change),
+                       start.__module__)
         return start
 
     return register
@@ -61,7 +59,7 @@ def find(name: str) -> tuple[Fault, str]:
     base, colon, target = name.partition(":")
     found = REGISTERED.get(base)
     if found is None or found.targeted != bool(colon) or (colon and not target):
-        raise HarnessError(f"unknown fault {name!r}; valid faults: {', '.join(usages())}")
+        raise HarnessError(REGISTERED.unknown(name, usages()))
     return found, target
 
 

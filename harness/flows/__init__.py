@@ -5,10 +5,6 @@ wherever it is read; a flow of your own is a module named in the environment var
 ranks, the selftest's generated control and the reports then take it with no other file touched.
 """
 
-import importlib
-import os
-
-from harness.core.errors import HarnessError
 from harness.flows import adapters, attention, caches, memory, parallel  # noqa: F401 - each family registers its flows
 from harness.flows.calls import make, make_at
 from harness.flows.registry import (
@@ -33,13 +29,8 @@ from harness.flows.registry import (
     value_of,
 )
 
-ENV = "HARNESS_FLOWS"
-
-for _module in filter(None, (name.strip() for name in os.environ.get(ENV, "").split(","))):
-    try:
-        importlib.import_module(_module)
-    except ImportError as error:
-        raise HarnessError(f"{ENV}: cannot import flow module {_module!r} ({error})") from None
+ENV = REGISTERED.env
+REGISTERED.import_own()
 
 __all__ = ["AFTER", "BEFORE", "CHANGES", "ENV", "KEEPS", "NONE", "REGISTERED", "VALUES", "Call", "Equivalent", "Flow",
            "FlowValue", "Refused", "Setting", "flow", "make", "make_at", "quick_compiled", "quick_values",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.core.errors import HarnessError
+from harness.core.registry import Registry
 
 NONE = "none"  # the default flow: nothing called around enable_parallelism (left out of case ids)
 SUFFIX = "_after"  # what an axis value of the "after" position ends with
@@ -152,8 +153,9 @@ class FlowValue:
         return self.flow is not None and self.position == BEFORE
 
 
-REGISTERED: dict[str, Flow] = {}
-VALUES: dict[str, FlowValue] = {NONE: FlowValue(NONE)}  # the axis's values, both positions of every flow
+REGISTERED: Registry[Flow] = Registry("flow", "HARNESS_FLOWS")
+VALUES: Registry[FlowValue] = Registry("flow", "HARNESS_FLOWS")  # the axis's values, both positions of every flow
+VALUES.add(NONE, FlowValue(NONE), __name__)
 
 
 def flow(*calls: Call, **declared):
@@ -162,15 +164,15 @@ def flow(*calls: Call, **declared):
     can be taken between them and a control can leave the last one out; a flow of one call may simply return."""
     def register(code: Callable) -> Callable:
         name = code.__name__
-        if name in REGISTERED or name == NONE or name.endswith(SUFFIX):
-            raise ValueError(f"flow {name!r} is registered twice or named like an axis value ({code.__module__})")
+        if name == NONE or name.endswith(SUFFIX):
+            raise ValueError(f"flow {name!r} is named like an axis value ({code.__module__})")
         if not calls or (len(calls) > 1 and not inspect.isgeneratorfunction(code)):
             raise ValueError(f"flow {name!r} declares {len(calls)} calls: it needs one at least, and a generator that "
                              f"yields after each for several ({code.__module__})")
-        found = REGISTERED[name] = Flow(name, calls, code, **declared)
+        found = REGISTERED.add(name, Flow(name, calls, code, **declared), code.__module__)
         for position in found.positions:
             value = name if position == BEFORE else name + SUFFIX
-            VALUES[value] = FlowValue(value, found, position)
+            VALUES.add(value, FlowValue(value, found, position), code.__module__)
         return code
 
     return register
@@ -194,7 +196,7 @@ def sets_backend(name: str) -> bool:
 
 def value_of(name: str) -> FlowValue:
     if name not in VALUES:
-        raise HarnessError(f"unknown flow {name!r}; valid flows: {', '.join(VALUES)}, or all")
+        raise HarnessError(VALUES.unknown(name, [*VALUES, "all"]))
     return VALUES[name]
 
 

@@ -8,11 +8,8 @@ pytest, `[tool.harness.<kind>]`, the plan, the verdict and every view, with no o
 
 from __future__ import annotations
 
-import importlib
-import os
-
-from harness.core.errors import HarnessError
 from harness.core.modes import EAGER
+from harness.core.registry import Registry
 from harness.kinds.base import COMMON_CHECKS, Built, Check, Kind
 from harness.kinds.image import ImageKind
 from harness.kinds.refusal import RefusalKind
@@ -21,23 +18,17 @@ from harness.kinds.tensor import TensorKind
 from harness.kinds.train import TrainKind
 from harness.loads import load_of
 
-ENV = "HARNESS_KINDS"
-KINDS: dict[str, Kind] = {}
+KINDS: Registry[Kind] = Registry("kind", "HARNESS_KINDS")
+ENV = KINDS.env
 
 
 def register(kind: Kind) -> Kind:
     """Add a kind (its name must be new)."""
-    if not kind.name or kind.name in KINDS:
-        raise HarnessError(f"cannot register kind {kind.name!r}: {'taken' if kind.name else 'it has no name'}")
-    KINDS[kind.name] = kind
-    return kind
+    return KINDS.add(kind.name, kind, type(kind).__module__)
 
 
 def kind_of(name: str) -> Kind:
-    try:
-        return KINDS[name]
-    except KeyError:
-        raise HarnessError(f"unknown kind {name!r}; valid kinds: {', '.join(KINDS)}") from None
+    return KINDS.of(name)
 
 
 def known_checks() -> dict[str, Check]:
@@ -64,10 +55,6 @@ def repro_template(case) -> tuple[str | None, str]:
 
 for _kind in (TensorKind(), ImageKind(), TrainKind(), RemovalKind(), RefusalKind()):
     register(_kind)
-for _module in filter(None, (name.strip() for name in os.environ.get(ENV, "").split(","))):
-    try:
-        importlib.import_module(_module)
-    except ImportError as error:
-        raise HarnessError(f"{ENV}: cannot import kind module {_module!r} ({error})") from None
+KINDS.import_own()
 
 __all__ = ["ENV", "KINDS", "Built", "Check", "Kind", "kind_of", "known_checks", "register", "repro_template"]

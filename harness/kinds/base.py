@@ -79,7 +79,7 @@ TORCH_CP_NOT_SCRIPTED = ("a case under PyTorch's context parallelism is not scri
 # denoising loop (a cache: harness.run.decisions).
 COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output placements", figure=False),
                  "graph_break": Check(), "load_shards": Check("ranks' parameters", figure=False),
-                 "load_config": Check(figure=False), "flow_effect": Check(), "flow_equals": Check(),
+                 "load_config": Check(figure=False), "flow_effect": Check("calls"), "flow_equals": Check(),
                  "flow_calls": Check("ranks", figure=False),
                  "cache_decisions": Check("steps", figure=False), "cache_reuse": Check(figure=False)}
 

@@ -8,20 +8,11 @@ every rank) that registers it with `@checkpoint_load` or `@memory_load` when imp
 builds and the reports then take it with no other file touched.
 """
 
-import importlib
-import os
-
-from harness.core.errors import HarnessError
 from harness.loads import documented, tp_combinations  # noqa: F401 - each family registers its loads on import
 from harness.loads.guard import Guard
 from harness.loads.registry import ENABLE, LOADS, Load, checkpoint_load, enable_id, load_of, memory_load
 
-ENV = "HARNESS_LOADS"
-
-for _module in filter(None, (name.strip() for name in os.environ.get(ENV, "").split(","))):
-    try:
-        importlib.import_module(_module)
-    except ImportError as error:
-        raise HarnessError(f"{ENV}: cannot import load module {_module!r} ({error})") from None
+ENV = LOADS.env
+LOADS.import_own()
 
 __all__ = ["ENABLE", "ENV", "LOADS", "Guard", "Load", "checkpoint_load", "enable_id", "load_of", "memory_load"]

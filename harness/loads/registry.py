@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core import axes
-from harness.core.errors import HarnessError
+from harness.core.registry import Registry
 from harness.loads.guard import CHECK, Guard
 
 ENABLE = "enable"  # diffusers' own tests' way, every case's load unless the plan says otherwise (the axis's default)
@@ -61,14 +61,11 @@ class Load:
         return f"{self.name} needs {missing}, which is not installed" if missing else None
 
 
-LOADS: dict[str, Load] = {}
+LOADS: Registry[Load] = Registry("load", "HARNESS_LOADS")
 
 
 def _register(load: Load) -> None:
-    if load.name in LOADS:
-        raise ValueError(f"load {load.name!r} is registered twice: by {_owner(LOADS[load.name])} and by "
-                         f"{_owner(load)}")
-    LOADS[load.name] = load
+    LOADS.add(load.name, load, _owner(load))
 
 
 def _owner(load: Load) -> str:
@@ -97,9 +94,7 @@ def memory_load(help: str, *, guard: Guard | None = None):
 
 
 def load_of(name: str) -> Load:
-    if name not in LOADS:
-        raise HarnessError(f"unknown load {name!r}; valid loads: {', '.join(LOADS)}")
-    return LOADS[name]
+    return LOADS.of(name)
 
 
 def enable_id(case_id: str) -> tuple[str, str]:

@@ -95,8 +95,7 @@ def _equals(flow: dict, limit: float | None) -> list[Evidence]:
     if equals["diff"] <= limit:
         return []
     return [Evidence("flow_equals", f"after the calls one device differs from {equals['text']} by "
-                                    f"{equals['diff']:.3g} (limit {limit:.3g})", equals["text"], equals["diff"],
-                     limit)]
+                                    f"{equals['diff']:.3g} (limit {limit:.3g})", value=equals["diff"], limit=limit)]
 
 
 def _ranks(flow: dict, per_rank: list | None) -> list[Evidence]:

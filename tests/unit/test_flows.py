@@ -33,7 +33,8 @@ def test_each_flow_is_an_axis_value_in_each_of_its_positions_and_none_stays_out_
 
 
 def test_an_unknown_flow_is_refused_naming_the_valid_ones():
-    with pytest.raises(HarnessError, match="unknown flow 'lora_before'; valid flows: none, "):
+    with pytest.raises(HarnessError, match="unknown flow 'lora_before'; valid flows: none, .*, all \\(did you mean "
+                                           "'lora_fused'\\?\\)"):
         _plan(["ulysses2"], ["lora_before"])
 
 

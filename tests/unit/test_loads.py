@@ -95,7 +95,7 @@ def test_a_load_registered_twice_is_refused_naming_both_modules():
     def enable(model, device):
         raise AssertionError("never registered, never called")
 
-    with pytest.raises(ValueError, match="load 'enable' is registered twice: by harness.loads.documented and by "):
+    with pytest.raises(ValueError, match="load 'enable' is registered twice: in harness.loads.documented and in "):
         memory_load("a second enable")(enable)
     assert LOADS[ENABLE].prepare is not enable
 
