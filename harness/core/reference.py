@@ -20,6 +20,10 @@ from harness import SCHEMA_VERSION
 from harness.core.errors import HarnessError
 
 _WEIGHTS, _INPUTS, _OUTPUT, _EXTRAS = "weights.", "inputs.", "output", "extra."
+_MODULES = "modules."  # per-module fingerprints (harness.rank.fingerprint), one [modules, width] tensor per part
+# A recapture on the platform that made the file reproduces its fingerprints bit for bit; elsewhere its metadata (the
+# platform) differs anyway. Within this, a forced recapture keeps the file.
+_MODULES_BOUND = 1e-4
 
 
 def fix_for(path: Path) -> str:
@@ -53,6 +57,22 @@ class Reference:
     output: torch.Tensor
     meta: dict[str, Any]
     extras: dict[str, torch.Tensor] = field(default_factory=dict)  # what a kind keeps besides its output (train)
+    # what each module gave in the run that made it: {part: (module names in order, [modules, width] fingerprints)},
+    # "forward" and, for a loss, "backward"; empty in a file written before them (harness.rank.fingerprint)
+    modules: dict[str, tuple[list[str], torch.Tensor]] = field(default_factory=dict)
+
+    @property
+    def modules_about(self) -> dict[str, Any]:
+        """How the fingerprints were made: the platform, the rerun noise measured as they were captured."""
+        return {key: value for key, value in self.meta.get("modules", {}).items() if key != "names"}
+
+
+@dataclass
+class ModuleRecord:
+    """What `write_reference` stores of each module: the parts' names and fingerprints, and how they were made."""
+
+    parts: dict[str, tuple[list[str], torch.Tensor]]
+    about: dict[str, Any]
 
 
 def reference_meta(model: str, shape: str, kind: str, config: dict, config_hash: str, **extra) -> dict[str, Any]:
@@ -85,10 +105,12 @@ REPRODUCIBLE = 1e-6
 
 
 def write_reference(path: Path, weights, inputs, output, meta: dict[str, Any], force: bool = False,
-                    extras: dict[str, torch.Tensor] | None = None, loose: dict[str, float] | None = None) -> bool:
+                    extras: dict[str, torch.Tensor] | None = None, loose: dict[str, float] | None = None,
+                    modules: ModuleRecord | None = None) -> bool:
     """Write atomically; returns False (and writes nothing) when the file exists and `force` is off, or when the
     new capture is the file's own within REPRODUCIBLE (same weights, inputs, versions; outputs within it; `loose`:
-    extras whose names start so reproduce only within a wider bound, the kind's measured one)."""
+    extras whose names start so reproduce only within a wider bound, the kind's measured one). `modules`: the
+    per-module fingerprints, in the same file (one checksum, one atomic write)."""
     from safetensors.torch import save_file
 
     path = Path(path)
@@ -104,8 +126,12 @@ def write_reference(path: Path, weights, inputs, output, meta: dict[str, Any], f
             static[key] = _encode(value)
     tensors[_OUTPUT] = output.detach().float().contiguous()
     tensors.update({_EXTRAS + k: v.detach().contiguous() for k, v in (extras or {}).items()})
+    if modules is not None:
+        tensors.update({_MODULES + part: values.contiguous() for part, (_, values) in modules.parts.items()})
+        meta = dict(meta, modules={**modules.about, "names": {part: names for part, (names, _) in
+                                                              modules.parts.items() if not part.endswith("_in")}})
     header = dict(meta, schema=SCHEMA_VERSION, static_inputs=static, checksum=checksum(tensors))
-    bounds = {_EXTRAS + prefix: bound for prefix, bound in (loose or {}).items()}
+    bounds = {_EXTRAS + prefix: bound for prefix, bound in (loose or {}).items()} | {_MODULES: _MODULES_BOUND}
     if path.exists() and recapture_difference(path, tensors, header, bounds) is None:
         return False
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -207,7 +233,23 @@ def read_reference(path: Path, expected_config_hash: str | None = None) -> Refer
     inputs: dict[str, Any] = {k[len(_INPUTS):]: v for k, v in tensors.items() if k.startswith(_INPUTS)}
     inputs.update({key: _decode(value) for key, value in meta.get("static_inputs", {}).items()})
     extras = {k[len(_EXTRAS):]: v for k, v in tensors.items() if k.startswith(_EXTRAS)}
-    return Reference(path, weights, inputs, tensors[_OUTPUT], meta, extras)
+    return Reference(path, weights, inputs, tensors[_OUTPUT], meta, extras, _modules(path, tensors, meta))
+
+
+def _modules(path: Path, tensors: dict[str, torch.Tensor], meta: dict) -> dict[str, tuple[list[str], torch.Tensor]]:
+    """The per-module fingerprints, each part's names from the header beside its tensor (an `_in` part, the same
+    modules' inputs, has its part's; a count that does not match is a damaged file); none in a file written before
+    them."""
+    names = meta.get("modules", {}).get("names", {})
+    found = {}
+    for key in (key for key in tensors if key.startswith(_MODULES)):
+        part = key[len(_MODULES):]
+        named = names.get(part.removesuffix("_in"))
+        if not isinstance(named, list) or len(named) != tensors[key].shape[0]:
+            raise HarnessError(f"reference {path} has damaged module fingerprints ({part}: the names and values "
+                               f"do not match); {fix_for(path)}")
+        found[part] = (named, tensors[key])
+    return found
 
 
 def _encode(value):

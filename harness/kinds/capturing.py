@@ -1,6 +1,8 @@
 """What the zoo kinds' captures share (tensor, train): where the reference goes, kept unless forced, the model built
 from its seed in strict fp32, and the metadata that says so. Written once, so that every zoo reference is made and
-described alike."""
+described alike. And what every capture records beside its output (image too): the per-module fingerprints of the
+run that made it (harness.rank.fingerprint), with the one-device run that records them again later
+(harness.engine.drift)."""
 
 from __future__ import annotations
 
@@ -31,3 +33,37 @@ def seeded_meta(spec, shape: str, kind: str, config_hash: str, **extra) -> dict:
 
     return reference_meta(spec.name, shape, kind, spec.config, config_hash,
                           **{"class": spec.class_name, "seed": spec.seed, **extra})
+
+
+def one_device_case(kind: str, model: str, shape: str, weights_dir: str | None = None):
+    """The run a reference records: its model on one device in fp32, PyTorch's own SDPA (`native`), eager, loaded
+    as `enable_parallelism` loads it."""
+    from harness.core.layouts import Layout
+    from harness.core.records import Case
+
+    return Case(model, Layout("single"), "native", "fp32", kind, shape=shape, weights_dir=weights_dir)
+
+
+def fingerprinted(kind, case, reference, device, draw: str | None = None):
+    """(fingerprints, output) of `case` (one device) built by `kind` from `reference`: every module's output and, for
+    a kind with a loss (train), what every module's backward hands on at step 1 (harness.rank.fingerprint); `draw`:
+    as that noise draw of it (harness.rank.noise)."""
+    from harness.rank import backends, fingerprint, loading
+
+    built = kind.build(case, reference, device, loading.enabled())
+    if draw is not None:
+        built.twin(draw)
+    try:
+        return fingerprint.record(built.module, built.forward or built.run, built.loss)
+    finally:
+        backends.reset_active_backend()
+
+
+def module_record(found):
+    """What a capture stores of each module (harness.core.reference.ModuleRecord): the fingerprints its own run
+    recorded (harness.rank.fingerprint.Recorder around it), and the platform that ran it: there, one device reruns
+    it bit for bit (docs/localization.md), elsewhere it rounds otherwise."""
+    from harness.core.reference import ModuleRecord
+    from harness.rank import fingerprint
+
+    return ModuleRecord(found.parts(), {"platform": fingerprint.platform(), "projections": fingerprint.PROJECTIONS})

@@ -137,6 +137,8 @@ class ImageKind(Kind):
         from harness.catalogue.pipelines import pipeline_weights
         from harness.core import determinism
         from harness.core.reference import reference_meta, reference_path, write_reference
+        from harness.kinds.capturing import module_record
+        from harness.rank.fingerprint import Recorder
         from harness.rank.image_metrics import to_png
 
         path = reference_path(root, model, shape, kind=self.name)
@@ -144,11 +146,13 @@ class ImageKind(Kind):
             return path, False
         determinism.strict_fp32()
         pipe = build_pipe(model, "fp32", torch.device("cpu"), weights_dir=weights_dir)
-        image = run_pipe(pipe, model)
+        with Recorder(pipe.transformer) as recorder:  # the transformer's modules at every step
+            image = run_pipe(pipe, model)
         weights = pipeline_weights(pipe) if weights_dir is None else {}
         meta = reference_meta(model, shape, self.name, {"weights_dir": str(weights_dir) if weights_dir else None},
                               _config_hash(model, weights_dir))
-        written = write_reference(path, weights, {}, torch.from_numpy(image), meta, force=force)
+        modules = module_record(recorder.finish(image))
+        written = write_reference(path, weights, {}, torch.from_numpy(image), meta, force=force, modules=modules)
         if written:
             to_png(image, path.with_suffix(".png"))
         return path, written

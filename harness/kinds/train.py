@@ -28,7 +28,7 @@ from harness.kinds.base import (
     every_model_slice,
     slice_ids,
 )
-from harness.kinds.capturing import seeded_meta, seeded_model
+from harness.kinds.capturing import module_record, seeded_meta, seeded_model
 
 TRAINED_SHAPES = ("default", "masked")
 _GRAD, _FINAL = "grad.", "final."
@@ -178,7 +178,7 @@ class TrainKind(Kind):
         import torch
 
         from harness.core.reference import write_reference
-        from harness.rank import training
+        from harness.rank import fingerprint, training
 
         spec, path, module = seeded_model(self.name, model, shape, root, force)
         if module is None:
@@ -187,6 +187,8 @@ class TrainKind(Kind):
         batch = training.make_batch(spec, shape, steps)
         trainer = training.Trainer(module, module, batch, steps, spec, None, torch.device("cpu"), training.Groups())
         ran = trainer.run()
+        # step 1 once more, its modules both ways (not in the run itself: backward hooks reorder its accumulations)
+        found, _ = fingerprint.record(module, trainer.first_forward, trainer.first_forward)
         extras = {"noise": batch.noise, "sigmas": batch.sigmas,
                   **{_GRAD + name: value for name, value in ran["gradients"].items()},
                   **{_FINAL + name: value for name, value in ran["weights"].items()}}
@@ -195,8 +197,9 @@ class TrainKind(Kind):
         inputs = {**batch.conditions, "hidden_states": batch.latents}
         # The weights after K AdamW steps reproduce within 9e-6 between two captures (AdamW turns the noise of a
         # near-zero gradient into a step of up to the learning rate): a recapture within 1e-4 keeps the file.
+        modules = module_record(found)
         return path, write_reference(path, seed_weights, inputs, ran["losses"], meta, force=force, extras=extras,
-                                     loose={_FINAL: 1e-4})
+                                     loose={_FINAL: 1e-4}, modules=modules)
 
     def build(self, case, reference, device, load) -> Built:
         import torch

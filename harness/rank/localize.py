@@ -259,7 +259,7 @@ def localize(ranks: list[list], single: list, same_dtype: list | None, packed_ou
             first = len(rows) - 1
     called = (called or set()) | {row["module"] for row in rows}
     uncompared = [row["module"] for row in rows if row.get("error") is None]
-    return ModuleTrace(rows, first, _line(rows, first, called), uncompared)
+    return ModuleTrace(rows, first, first_line(rows, first, called), uncompared)
 
 
 def summary(forward: ModuleTrace, backward: ModuleTrace | None = None, untraced: str | None = None) -> str:
@@ -369,7 +369,7 @@ def _closest_by_samples(pieces, expected, packed, streams, partial, groups: int)
                                                          f"{hows[0]}, joined along dim 0")
 
 
-def _line(rows: list[dict], first: int | None, called: set[str]) -> str | None:
+def first_line(rows: list[dict], first: int | None, called: set[str]) -> str | None:
     """`transformer_blocks.1.attn: rel err 3.1e-02 > 1.0e-04 (previous 4.0e-07)`."""
     if first is None:
         return None

@@ -143,3 +143,40 @@ def test_a_forced_recapture_keeps_a_file_it_reproduces_and_says_why_it_does_not(
     tensors = {"weights.w": torch.ones(3) * 2, "inputs.x": torch.zeros(2), "output": torch.ones(4)}
     header = {"x": 1}
     assert "metadata differs" in recapture_difference(path, tensors, header)
+
+
+def _modules():
+    from harness.core.reference import ModuleRecord
+
+    values = torch.arange(12.0, dtype=torch.float64).reshape(2, 6)
+    return ModuleRecord({"forward": (["a", "b"], values)}, {"platform": {"torch": "x"}, "projections": 4})
+
+
+def test_module_fingerprints_travel_in_the_same_file_under_its_checksum(tmp_path):
+    path = reference_path(tmp_path, "toy")
+    weights = {"layer.weight": torch.ones(3, 3)}
+    assert write_reference(path, weights, {}, torch.ones(2), {"config_hash": "abc"}, modules=_modules())
+    reference = read_reference(path, expected_config_hash="abc")
+    names, values = reference.modules["forward"]
+    assert names == ["a", "b"] and torch.equal(values, _modules().parts["forward"][1])
+    assert reference.modules_about == {"platform": {"torch": "x"}, "projections": 4}
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF  # the fingerprints are the last tensor ("modules.forward" sorts last)
+    path.write_bytes(bytes(data))
+    with pytest.raises(HarnessError, match="failed its checksum"):
+        read_reference(path)
+
+
+def test_fingerprints_whose_names_do_not_match_are_a_damaged_file(tmp_path, rewrite_meta):
+    path = reference_path(tmp_path, "toy")
+    write_reference(path, {"w": torch.ones(1)}, {}, torch.ones(2), {"config_hash": "abc"}, modules=_modules())
+    rewrite_meta(path, lambda meta: meta["modules"]["names"].update(forward=["a"]))
+    with pytest.raises(HarnessError, match=f"has damaged module fingerprints .*{FIX_RE}"):
+        read_reference(path)
+
+
+def test_a_reference_written_before_fingerprints_still_reads_with_none(tmp_path):
+    path = reference_path(tmp_path, "toy")
+    _write(path)
+    reference = read_reference(path)
+    assert reference.modules == {} and reference.modules_about == {}
