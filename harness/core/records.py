@@ -137,6 +137,7 @@ class CaseRecord:
     # What the calls of a flow (harness.flows) changed of the model on each rank, one line per change
     # (harness.flows.state); None: the case has no flow
     flow_changes: list[list[str] | None] | None = None
+    warnings: list[str] = field(default_factory=list)  # what diffusers warned of on rank 0 while the case ran
     metrics: dict[str, Any] = field(default_factory=dict)
     # The launcher's, not a rank's: the earlier attempt of this case that a rank's native death ended ({"error",
     # "traceback": the dead rank's own stack}); the case then ran once more in a fresh group (harness.run.launch)

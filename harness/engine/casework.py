@@ -14,7 +14,7 @@ from harness.engine.baselines import Baselines
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
 from harness.loads import ENABLE, load_of
-from harness.rank import backends, comms_check, loading, torch_cp
+from harness.rank import backends, comms_check, loading, torch_cp, warned
 from harness.rank.compiled import CompiledRun
 from harness.rank.recorder import RunRecorder
 
@@ -28,7 +28,7 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
     with faults.active(case.fault if checkpoint else None):  # from_pretrained applies the layout: a loader's bug acts
         built = context.build(case, reference)
     loaded = _check_load(context, case, reference, built) if checkpoint else None
-    with faults.active(case.fault):
+    with faults.active(case.fault), warned.caught() as warnings:
         with context.phase("parallel setup"):
             flow_changes = context.apply_layout(case, built)
         compiled = _compile(context, case, built)
@@ -55,7 +55,7 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
                     "compiled": compiled.figures() if compiled else None, "load": loaded,
                     "steps": built.denoising.work if built.denoising else None,
                     "step_labels": built.denoising.labels if built.denoising else None, "flow_changes": flow_changes,
-                    **proof}
+                    "warnings": warnings, **proof}
 
 
 def _check_load(context: RankContext, case: Case, reference, built) -> dict:

@@ -150,7 +150,7 @@ class Worker:
                           expected_function=info["expected_function"], comms=info.get("comms"),
                           comms_expected=info.get("comms_expected", []), compiled=info.get("compiled"),
                           load=loaded(gathered), steps=stepped(gathered), step_labels=info.get("step_labels"),
-                          flow_changes=flow_changes(gathered),
+                          flow_changes=flow_changes(gathered), warnings=info.get("warnings") or [],
                           metrics=metrics)
 
     def report(self, record: CaseRecord) -> None:

@@ -61,6 +61,9 @@ def _judge(outcome: Outcome, settings) -> CaseResult:
     kind = kind_of(outcome.case.kind)
     policy = kind.policy(settings, outcome.case.dtype)
     numbers = kind.judge(result, record.metrics, policy)
+    if record.warnings:  # evidence beside the verdict (SeaCache's fail-open says it warned), never a check of its own
+        result.extra.setdefault("blocks", []).append(
+            table("What diffusers warned of while the case ran (rank 0)", ["warning"], [[w] for w in record.warnings]))
     # First what a wrong backend or a skipped exchange proves (the numbers behind it are not the case's own), then
     # what rank 0's numbers cannot show (other ranks' outputs, the output's type), then the numbers.
     items = _proof_failures(outcome.case, record) + _integrity_failures(result, record,
