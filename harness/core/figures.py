@@ -18,6 +18,8 @@ from typing import Any
 # figure with each):
 PARITY = "parity"  # the layout against its own single-device run of the same dtype and backend (the parallel parity)
 SINGLE_DEVICE = "single_device"  # that single-device run's own key figure, as a `single` case of it would show it
+REFERENCE = "reference"  # one device against the per-module fingerprints its stored reference holds (its drift)
+REPEAT = "repeat"  # the case run twice in one launch: how far the second run is from the first (0: bit for bit)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from harness import faults, flows
 from harness.core.layouts import Layout
 from harness.core.modes import EAGER, mode_of
 from harness.core.records import Case
+from harness.engine import drift
 from harness.engine.baselines import Baselines
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
@@ -142,6 +143,7 @@ def measure(context: RankContext, baselines: Baselines, case: Case, output) -> d
     draws = {name: baselines.of(case, draw=name) for name in kind.draws_for(case)}
     with context.phase("metrics and images"):
         metrics = kind.measure(output, reference, baseline, case, context.images_dir, draws)
+    metrics["drift"] = drift.of(context, baselines.shared, case) if kind.localizes else None  # one device vs its file
     if flow is None:
         return metrics
     record = baselines.record_of(case)  # what the same calls changed of the model on one device, in the case's dtype

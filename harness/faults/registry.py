@@ -68,7 +68,8 @@ def check(name: str) -> None:
 
 
 def is_model_change(name: str | None) -> bool:
-    return name in REGISTERED and REGISTERED[name].model_change
+    found = REGISTERED.get((name or "").partition(":")[0])  # a targeted one by its name before the module path
+    return found is not None and found.model_change
 
 
 @contextlib.contextmanager

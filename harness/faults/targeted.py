@@ -1,5 +1,7 @@
 """Faults aimed at one module (`name:module.path`), to prove that localization names it. Each acts only under a
-layout (it hooks the module when `enable_parallelism` runs), so the single-device runs stay clean."""
+layout (it hooks the module when `enable_parallelism` runs), so the single-device runs stay clean; but the `shared_`
+ones, changes to diffusers itself that every device shares (`model_change`: the single-device runs have them too),
+which the module fingerprints of the references locate (harness.engine.drift)."""
 
 from __future__ import annotations
 
@@ -143,3 +145,55 @@ def grad_scale(target: str):
                     parameter.grad.mul_(1.1)
 
     return patched(training, "reduce_context_parallel", scaled)
+
+
+
+# How much the shared changes below move their module: far below fp32's limits (the output moves by ~1e-6, inside the
+# layouts' tolerance of 1e-5), far above one device's rerun noise on its platform (none: bit for bit).
+SHARED_CHANGE = 2.0**-20
+
+
+@contextlib.contextmanager
+def _on_every_model(target: str, act):
+    """`act(module)` on the module at `target` of every diffusers model as it is first called, on one device and
+    under every layout alike (a change to diffusers that every device shares); undone after the block."""
+    from diffusers import ModelMixin
+
+    original, undo, seen = ModelMixin.__call__, [], set()
+
+    def called(self, *args, **kwargs):
+        if id(self) not in seen:
+            seen.add(id(self))
+            try:
+                undo.append(act(self.get_submodule(target)))
+            except AttributeError:  # another model of the pipeline (a VAE): not the one changed
+                pass
+        return original(self, *args, **kwargs)
+
+    try:
+        with patched(ModelMixin, "__call__", called):
+            yield
+    finally:
+        for handle in undo:
+            handle.remove()
+
+
+@fault("a change to diffusers itself: this module's output is 1 + 2^-20 times its own, on every device (inside fp32's "
+       "limits, beyond one device's rerun noise)", targeted=True, model_change=True)
+def shared_scale(target: str):
+    def scaled(_module, _args, output):
+        if isinstance(output, tuple):
+            return (output[0] * (1 + SHARED_CHANGE), *output[1:])
+        return output * (1 + SHARED_CHANGE)
+
+    # first of the module's hooks: its output is what any later hook (a trace) sees, as if its own code computed it
+    return _on_every_model(target, lambda module: module.register_forward_hook(scaled, prepend=True))
+
+
+@fault("a change to diffusers itself, backward only: this module hands on its input gradient 1 + 2^-20 times its own, "
+       "on every device (its forward is right)", targeted=True, model_change=True)
+def shared_grad(target: str):
+    def larger(_module, grad_input, _grad_output):
+        return tuple(None if grad is None else grad * (1 + SHARED_CHANGE) for grad in grad_input)
+
+    return _on_every_model(target, lambda module: module.register_full_backward_hook(larger, prepend=True))

@@ -37,7 +37,7 @@ CODED = (*TEXT, "cell", "figures", "evidence", "extra")  # the fields with a str
 SHOWN_CHECKS = 10  # failed checks of one check embedded per case (each one's worst first); results.json has all
 # The extra keys static/detail.js draws; the others are "other data".
 DRAWN = frozenset({"traceback", "images", "blocks", "localization", "localization_error", "comms",
-                   "peak_mem_mb_per_rank", "repro"})
+                   "peak_mem_mb_per_rank", "repro", "drift", "repeat"})
 
 
 class Table:

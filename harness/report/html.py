@@ -25,6 +25,7 @@ from harness.report.embed import encode, script_tag
 from harness.report.first_screen import no_coverage, setup_line, stands_on, verdict
 from harness.report.history import changed_groups, changes_line, changes_section
 from harness.report.matrix_section import matrix_section
+from harness.report.moved import moved_banner
 from harness.report.sections import Lists, attention_section, group_section, issue_list, split
 
 __all__ = ["render_html", "render_page"]
@@ -69,6 +70,7 @@ def render_page(header: RunHeader, cases: list[CaseResult], base: Path | str | N
         f"{_environment_line(header)}{setup_line(header, cases)}{_time(header)}{_nav()}</header>",
         _incomplete_banner(header),
         _mismatch_banner(header),
+        moved_banner(cases),
         _purpose_banner(header),
         changes_line(base, changed, unread) if base else "",
         _counts(counts),

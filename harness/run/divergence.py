@@ -17,6 +17,20 @@ REFERENCE_HOLDS = ("the reference holds the final output only: localizing where 
                    "needs a reference with every module's output")
 
 
+def _where_one_device_left(result: CaseResult) -> str:
+    """Where the single-device run first left the stored reference, module by module (harness.engine.drift), or why
+    that cannot be said."""
+    found = result.extra.get("drift") or {}
+    line = found.get("line") or ""
+    if line and not line.startswith(("none", "not localized")):
+        return f"first off the stored reference: {line}"
+    if found.get("absent"):
+        return f"{REFERENCE_HOLDS} ({found['absent']})"
+    if found.get("error"):
+        return f"where it leaves the stored reference could not be traced ({found['error']})"
+    return REFERENCE_HOLDS if not line else f"every module on its stored reference ({line}): what moved is after them"
+
+
 def first_divergence(result: CaseResult, found: Localization) -> str:
     """The localization's line for `result`: the module it names, or why it names none."""
     line = found.summary
@@ -26,7 +40,7 @@ def first_divergence(result: CaseResult, found: Localization) -> str:
     if single is not None and single.get("limit") is not None and not single["value"] <= single["limit"]:
         return (f"none between the layout and one device, and the single-device {result.dtype} run is off the "
                 f"reference as far ({single['label']} {figures.written(single)} > {single['limit']:.3g}): the "
-                f"model, the backend or the compiler changed, not the parallelism; {REFERENCE_HOLDS}")
+                f"model, the backend or the compiler changed, not the parallelism; {_where_one_device_left(result)}")
     if result.mode != EAGER:
         return (f"the divergence comes from compiling, not narrowed: {line.removeprefix('none: ')}; what compiling "
                 "breaks shows only with the whole model compiled (fusion across modules)")

@@ -25,7 +25,7 @@ from harness.loads import LOADS
 from harness.report import matrix
 from harness.report.images import prune_images
 from harness.report.write import write_reports
-from harness.run import axis_help, handover, partial, shards, timing, warm
+from harness.run import axis_help, handover, partial, reference_drift, shards, timing, warm
 from harness.run import coverage as coverage_run
 from harness.run.capture import ensure_references
 from harness.run.checkpoints import FOLDER, write_checkpoints
@@ -197,6 +197,8 @@ class _Run:
         echo(matrix.terminal(results, page=str(report_dir / "index.html")))
         if any(result.rank_death for result in results):
             echo(_rank_deaths_line(results))
+        for line in reference_drift.summary_lines(results):  # one device off its stored reference: a change
+            echo(line)
         echo(f"reports: {report_dir / 'index.html'}, {report_dir / 'matrix.csv'}, {report_dir / 'matrix.md'}")
         echo(timing.time_line(header.time_breakdown, matrix.WIDTH))
         failed = any(r.status.is_failure(settings.xfail_strict) for r in results)

@@ -16,7 +16,7 @@ from harness.kinds import kind_of, repro_template
 from harness.kinds.base import COMPILE_FIGURES
 from harness.rank import comms_check
 from harness.rank.kernels import dispatch_mismatch, function_mismatch, kernel_mismatch
-from harness.run import decisions, flow_checks
+from harness.run import decisions, flow_checks, reference_drift
 from harness.run.known_issues import KnownIssue
 
 
@@ -64,6 +64,7 @@ def _judge(outcome: Outcome, settings) -> CaseResult:
     if record.warnings:  # evidence beside the verdict (SeaCache's fail-open says it warned), never a check of its own
         result.extra.setdefault("blocks", []).append(
             table("What diffusers warned of while the case ran (rank 0)", ["warning"], [[w] for w in record.warnings]))
+    reference_drift.judge(result, record.metrics)  # one device against its stored reference: a figure, not a check
     # First what a wrong backend or a skipped exchange proves (the numbers behind it are not the case's own), then
     # what rank 0's numbers cannot show (other ranks' outputs, the output's type), then the numbers.
     items = _proof_failures(outcome.case, record) + _integrity_failures(result, record,

@@ -30,7 +30,8 @@ def test_every_fault_is_registered_with_its_description_by_its_family():
         assert found.description.strip() and found.description == found.description.strip(), name
         assert found.family in FAMILIES, name
     assert {found.family for found in faults.REGISTERED.values()} == FAMILIES  # no family module without a fault
-    assert [name for name, found in faults.REGISTERED.items() if found.model_change] == ["rope_sign"]
+    assert [name for name, found in faults.REGISTERED.items() if found.model_change] == ["rope_sign", "shared_scale",
+                                                                                          "shared_grad"]
     assert {found.family for found in faults.REGISTERED.values() if found.targeted} == {"targeted"}
 
 
@@ -58,6 +59,7 @@ def test_check_takes_each_fault_as_inject_fault_does():
         faults.check(usage.replace(faults.registry.MODULE_PATH, "transformer_blocks.0.attn"))
     assert "scale_output:<module path>" in faults.usages() and "cp_local_attention" in faults.usages()
     assert faults.is_model_change("rope_sign") and not faults.is_model_change("cp_local_attention")
+    assert faults.is_model_change("shared_scale:x_embedder") and not faults.is_model_change("scale_output:x_embedder")
     assert not faults.is_model_change("scale_output:x_embedder") and not faults.is_model_change(None)
 
 

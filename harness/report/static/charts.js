@@ -130,10 +130,14 @@
 
   // -- where a localized case breaks: each module's error (log scale) against its limit, the first one ringed ----
   R.modules = function (rows, first) {
-    var width = 560, height = 170, pad = 34, n = rows.length;
-    function lg(v) { return Math.log10(Math.min(Math.max(v, 1e-9), 10)); }
+    var width = 560, height = 170, pad = 34, n = rows.length, low = -9;
+    rows.forEach(function (r) {  // the scale reaches down to the smallest limit (bit for bit: the fingerprint's own)
+      var v = R.num(r.limit);
+      if (v !== null && v > 0) { low = Math.min(low, Math.floor(Math.log10(v)) - 1); }
+    });
+    function lg(v) { return Math.log10(Math.min(Math.max(v, Math.pow(10, low)), 10)); }
     function px(i) { return pad + (n > 1 ? i * (width - 2 * pad) / (n - 1) : 0); }
-    function py(v) { return height - pad - (lg(v) + 9) / 10 * (height - 2 * pad); }
+    function py(v) { return height - pad - (lg(v) - low) / (1 - low) * (height - 2 * pad); }
     var errors = [], limits = [], ring = "";
     rows.forEach(function (r, i) {
       if (R.num(r.error) !== null) { errors.push(px(i).toFixed(1) + "," + py(R.num(r.error)).toFixed(1)); }
@@ -144,7 +148,7 @@
         '" r="5"><title>' + R.esc(rows[first].module) + "</title></circle>";
     }
     var axis = line("axis", pad, height - pad, width - pad, height - pad) + text(2, pad + 4, "10") +
-      text(2, height - pad, "1e-9") + text(pad, height - 12, "first module to finish") +
+      text(2, height - pad, "1e" + low) + text(pad, height - 12, "first module to finish") +
       text(width - pad, height - 12, "last", ' text-anchor="end"') +
       text(pad, 14, "\u25cf rel err per module", ' class="err"') + text(pad + 150, 14, "- - limit", ' class="lim"');
     return svg("modules", width, height, "error per module in execution order", axis + '<polyline class="lim" ' +

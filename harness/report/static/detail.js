@@ -24,7 +24,8 @@
       reproHTML(x) +
       evidenceHTML(c) + figuresHTML(c) +
       blocksHTML(x) +
-      (x.images ? imagesBlock({title: "Images", images: x.images}) : "") + localizationHTML(c, x) + commsHTML(x) +
+      (x.images ? imagesBlock({title: "Images", images: x.images}) : "") + localizationHTML(c, x) + driftHTML(x) +
+      commsHTML(x) +
       factsHTML(c, x) + (x.traceback ? '<h4>Traceback</h4><pre class="traceback">' + esc(x.traceback) + "</pre>" : "") +
       otherHTML(x, c.left, D.drawn);
   };
@@ -186,6 +187,48 @@
     return head + R.modules(rows, first) + '<details class="modules"><summary>every module (' + rows.length +
       ")</summary>" + table("modules", ["#", "module", "rel err", "limit", "how"], lines) + "</details>";
   }
+  // One device against the module fingerprints its stored reference holds (harness.engine.drift): where it first
+  // left them, each part's modules plotted in execution order against their limit, and the module tree behind it.
+  function driftHTML(x) {
+    var d = x.drift, title = "<h4>One device against its stored reference</h4>";
+    if (!d) { return ""; }
+    if (!d.forward) { return title + '<p class="muted drift-line">' + esc(d.absent || d.error || "") + "</p>"; }
+    var moved = !/^(none|not localized)/.test(d.line || "");
+    var parts = ["forward", "backward"].filter(function (p) { return d[p] && Array.isArray(d[p].modules); });
+    return title + '<p class="drift-line' + (moved ? " moved" : "") + '">' + (moved ? "first moved: <code>" +
+      esc(d.line) + "</code>" : esc(d.line)) + '</p><p class="muted">limit: ' + esc(d.derived || "") + "</p>" +
+      parts.map(function (p) {
+        var t = d[p];
+        return (parts.length > 1 ? "<h5>" + p + "</h5>" : "") + R.modules(t.modules, t.first) + treeHTML(t.modules);
+      }).join("");
+  }
+  // The modules as a tree (a module, then what it holds, siblings in the order they ran), each with its drift.
+  function treeHTML(rows) {
+    var start = rows.map(function (r) {  // where a module's subtree first finished: the order siblings started in
+      return rows.reduce(function (low, o, j) { return inside(o.module, r.module) ? Math.min(low, j) : low; }, 1e9);
+    });
+    function path(i) {  // the rows of the modules around row i, the outermost first, and row i itself
+      return rows.map(function (o, j) { return j; })
+        .filter(function (j) { return inside(rows[i].module, rows[j].module); })
+        .sort(function (a, b) { return rows[a].module.length - rows[b].module.length; });
+    }
+    function key(i) { return path(i).map(function (j) { return start[j]; }).concat([i]); }
+    var order = rows.map(function (r, i) { return {i: i, key: key(i)}; }).sort(function (a, b) {
+      for (var k = 0; k < Math.min(a.key.length, b.key.length); k++) {
+        if (a.key[k] !== b.key[k]) { return a.key[k] - b.key[k]; }
+      }
+      return a.key.length - b.key.length;
+    });
+    var lines = order.map(function (o) {
+      var r = rows[o.i], over = R.num(r.error) !== null && R.num(r.error) > R.num(r.limit);
+      return "<tr" + (over ? ' class="diverged"' : "") + '><td style="padding-left:' + (path(o.i).length - 1) +
+        'em"><code>' + esc(r.module) + '</code></td><td class="n">' + esc(R.text(R.num(r.error))) +
+        '</td><td class="n">' + esc(R.text(R.num(r.limit))) + "</td><td>" + esc(r.how || "") + "</td></tr>";
+    });
+    return '<details class="modules"><summary>the module tree (' + rows.length + ")</summary>" +
+      table("modules", ["module", "rel err", "limit", "how"], lines) + "</details>";
+  }
+  function inside(name, outer) { return name === outer || name.indexOf(outer + ".") === 0; }
   function commsHTML(x) {  // harness.rank.comms_check.by_pattern: what ran per module pattern, and the minimum
     if (!Array.isArray(x.comms) || !x.comms.length) { return ""; }
     function counts(map, sized) {
