@@ -30,6 +30,19 @@ def moved(result: CaseResult) -> str | None:
     return None if not line or line.startswith(("none", "not localized")) else line
 
 
+def said(result: CaseResult) -> str | None:
+    """The one-device run against the stored reference in words: where it first left it, that it stayed on it, or
+    why that is not known (None: not measured)."""
+    found = result.extra.get("drift") or {}
+    if found.get("absent") or found.get("error"):
+        return f"one device against the stored reference not located: {found.get('absent') or found['error']}"
+    if not found.get("line"):
+        return None
+    line = moved(result)
+    return (f"one device first left the stored reference at {line} (limit: {found.get('derived', '')})" if line
+            else f"one device on the stored reference ({found['line']})")
+
+
 def summary_lines(results: list[CaseResult]) -> list[str]:
     """One line per reference that one device moved off (its model, shape and kind, once), and one for references
     that cannot be located (no fingerprints)."""

@@ -16,6 +16,7 @@ from harness.core.results import CaseResult, Status
 from harness.report.compare import changed_markdown
 from harness.report.compare_page import compare_runs
 from harness.report.html import render_html
+from harness.run import reference_drift
 from harness.versions import ab_coverage, ab_known
 from harness.versions.sides import key_figure, results, status_line, tally
 
@@ -80,7 +81,21 @@ def single_device(base: list[CaseResult], head: list[CaseResult]) -> dict:
     verdict = ("the model itself changed: " + ", ".join(changed) if changed else
                "unchanged" + (f" (largest error {worst:.3g})" if worst is not None else "") if rows else
                "not measured (no single-device case in the plan)")
-    return {"rows": rows, "changed": changed, "verdict": verdict}
+    moved = _moved(head)
+    if moved:  # the first module that moved between the revisions, however far inside the tolerance
+        verdict += "; moved off the base's references: " + "; ".join(f"{key} first at {line}" for key, line in moved)
+    return {"rows": rows, "changed": changed, "verdict": verdict, "moved": moved}
+
+
+def _moved(head: list[CaseResult]) -> list[tuple[str, str]]:
+    """(model@shape kind, the first module that moved) of each reference the head's one device left (the base's
+    references, harness.engine.drift), once each."""
+    found: dict[str, str] = {}
+    for case in head:
+        line = reference_drift.moved(case)
+        if line is not None:
+            found.setdefault(f"{case.model}@{case.shape} {case.kind}", line)
+    return list(found.items())
 
 
 def _runs_alike(case: CaseResult) -> tuple[str, ...]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from harness.core import axes
 from harness.core.errors import HarnessError
 from harness.core.results import CaseResult, Status
+from harness.run import reference_drift
 from harness.versions.cases import as_flags, plan_options
 from harness.versions.envs import env_for
 from harness.versions.revisions import Revision
@@ -113,7 +114,15 @@ def finish(before: Step, after: Step, skipped: list[str], search: Search, echo: 
         after.label
     return _report([f"bisect: first revision that changed ({changes}): {where}",
                     *(f"  {before.label}: {line}" for line in before.lines()),
-                    *(f"  {after.label}: {line}" for line in after.lines())], (before, after), search, echo)
+                    *(f"  {after.label}: {line}" for line in after.lines()),
+                    *_moved(before), *_moved(after)], (before, after), search, echo)
+
+
+def _moved(step: Step) -> list[str]:
+    """Where each case's one device left the references every step compares with (harness.engine.drift): between
+    the two revisions either side, the first module that moved."""
+    return [f"  {step.label}: {case_id}: {text}" for case_id, case in step.cases.items()
+            if (text := reference_drift.said(case))]
 
 
 def present_since(oldest: Step, unrunnable: list[Step], search: Search, echo: Echo) -> int:

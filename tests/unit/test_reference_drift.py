@@ -17,8 +17,8 @@ STILL = {**MOVED, "line": "none: every module within its limit", "value": 0.0}
 
 
 def _case(layout: str = "ulysses2", drift: dict | None = None, status: Status = Status.PASS) -> CaseResult:
-    result = CaseResult(f"flux/{layout}/native/fp32/tensor", "flux", "default", "tensor", layout, 2, "native", "fp32",
-                        status)
+    result = CaseResult(f"flux/{layout}/native/fp32/tensor", "flux", "default", "tensor", layout,
+                        1 if layout == "single" else 2, "native", "fp32", status)
     reference_drift.judge(result, {"drift": drift})
     return result
 
@@ -60,3 +60,18 @@ def test_a_failure_one_device_shares_names_where_one_device_first_left_the_refer
                                                     f"{MOVED['line']}")
     result.extra["drift"] = {"absent": "x predates per-module fingerprints"}
     assert "the reference holds the final output only" in first_divergence(result, found)
+
+
+def test_ab_and_bisect_name_the_first_module_that_moved_between_two_revisions():
+    """The head runs against the base's references: its one device leaving them, inside the tolerance (its single
+    case still PASS), is said with the module; a head on them says nothing more (negative control)."""
+    from harness.versions.ab_report import single_device
+    from harness.versions.search import Step, _moved
+
+    base = [_case("single", STILL)]
+    verdict = single_device(base, [_case("single", MOVED), _case("ulysses2", MOVED)])["verdict"]
+    assert verdict == f"unchanged; moved off the base's references: flux@default tensor first at {MOVED['line']}"
+    assert single_device(base, [_case("single", STILL)])["verdict"] == "unchanged"
+    step = Step("diffusers 0.42.1", {"flux/single/native/fp32/tensor": _case("single", MOVED)})
+    assert _moved(step) == [f"  diffusers 0.42.1: flux/single/native/fp32/tensor: one device first left the stored "
+                            f"reference at {MOVED['line']} (limit: {MOVED['derived']})"]
