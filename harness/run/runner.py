@@ -25,7 +25,7 @@ from harness.loads import LOADS
 from harness.report import matrix
 from harness.report.images import prune_images
 from harness.report.write import write_reports
-from harness.run import axis_help, handover, partial, reference_drift, shards, timing, warm
+from harness.run import axis_help, handover, ops, partial, reference_drift, shards, timing, warm
 from harness.run import coverage as coverage_run
 from harness.run.capture import ensure_references
 from harness.run.checkpoints import FOLDER, write_checkpoints
@@ -178,6 +178,8 @@ class _Run:
     def finish(self, stats: GroupStats, localize_s: float) -> RunSummary:
         settings, echo, report_dir = self.settings, self.echo, self.report_dir
         results = self.results()
+        if settings.localize_ops:  # the first op that moved inside the first module one device left its reference at
+            ops.localize_ops(results, settings.path("references"), echo)
         header = self.header(results, stats, localize_s)
         if self.measure is not None:  # read once, from every rank process's data, before the work folder goes
             measured = coverage_run.report(self.measure, results, self.versions["environment"], self.kept)

@@ -121,6 +121,9 @@ class Settings:
     budget_max_factor: float = _option(1.5, "Low precision: most a layout may multiply the dtype's own max error by.")
     localize: bool = _option(False, "Find where every case that ran breaks (the first module whose output leaves "
                                     "the single-device run's), not only the FAIL cases.")
+    localize_ops: bool = _option(False, "Where one device moved off its stored reference by a change to diffusers "
+                                        "the run injects (a model-change fault), also name the first aten op that "
+                                        "moved inside its first moved module, against the same code without it.")
     coverage: bool = _option(False, "Run every rank under coverage.py and report which statements of diffusers' "
                                     "parallel code the plan executed, per module and function, each one never "
                                     "executed with its reason (the page, matrix.md, results.json).")

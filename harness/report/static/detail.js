@@ -196,7 +196,8 @@
     var moved = !/^(none|not localized)/.test(d.line || "");
     var parts = ["forward", "backward"].filter(function (p) { return d[p] && Array.isArray(d[p].modules); });
     return title + '<p class="drift-line' + (moved ? " moved" : "") + '">' + (moved ? "first moved: <code>" +
-      esc(d.line) + "</code>" : esc(d.line)) + '</p><p class="muted">limit: ' + esc(d.derived || "") + "</p>" +
+      esc(d.line) + "</code>" : esc(d.line)) + "</p>" + (d.ops ? '<p class="drift-ops">inside it: <code>' +
+      esc(d.ops) + "</code></p>" : "") + '<p class="muted">limit: ' + esc(d.derived || "") + "</p>" +
       parts.map(function (p) {
         var t = d[p];
         return (parts.length > 1 ? "<h5>" + p + "</h5>" : "") + R.modules(t.modules, t.first) + treeHTML(t.modules);
