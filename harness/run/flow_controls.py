@@ -75,6 +75,13 @@ class FlowControl:
         return "caught", "a hang, both ranks' stacks" if faulty.status is Status.TIMEOUT else faulty.reason[:60]
 
 
+def _refused_on(case: Case) -> bool:
+    """Whether the installed diffusers refuses the flow on the case's layout family; a refusal of some models on
+    every layout (a block a cache's registry lacks: "all") is the model's, and flux is not refused it."""
+    refused = flows.refusal_of(flows.value_of(case.flow), case.layout)
+    return refused is not None and refused.layouts != "all" and scope.refusal(case) is not None
+
+
 def _numbers_checks(kind: str) -> set[str]:
     return set(kind_of(kind).checks) | {"rank_output"}
 
@@ -95,7 +102,7 @@ def _control(value: str, fault: str, known: Callable[[str], bool]) -> FlowContro
     kind = "tensor" if "tensor" in found.kinds else found.kinds[0]
     cases = [Case(MODEL, parse_layout(layout), backend, "fp32", kind, fault=fault, flow=value)
              for layout, backend in sorted(FLOW_FAMILIES, key=lambda family: not family[0].startswith("tp"))]
-    runnable = [case for case in cases if scope.exists(case, checkpoint=False) and scope.refusal(case) is None]
+    runnable = [case for case in cases if scope.exists(case, checkpoint=False) and not _refused_on(case)]
     if not runnable:
         return FlowControl(value, fault, None, "refused by this diffusers wherever it exists: a refusal is judged "
                                                "by its message")
