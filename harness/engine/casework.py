@@ -10,7 +10,7 @@ from harness import faults, flows
 from harness.core.layouts import Layout
 from harness.core.modes import EAGER, mode_of
 from harness.core.records import Case
-from harness.engine import drift
+from harness.engine import drift, repeat
 from harness.engine.baselines import Baselines
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
@@ -44,6 +44,7 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
         context.phases["forward"] += forward_s
         dispatched, functions = backends.dispatches(), backends.functions_run()  # compiled too (harness::dispatched)
         proof = _prove_comms(case, built, recorder) if case.layout.world_size > 1 else {}
+        repeated = repeat.check(context, case, built, output)  # run twice in one launch: bit for bit alike?
     if case.layout.is_torch_context_parallel and built.torch_cp_output_dim is not None:
         output = torch_cp.unshard(case.layout, context.mesh(case.layout), output, built.torch_cp_output_dim)
     placements = None
@@ -56,7 +57,7 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
                     "compiled": compiled.figures() if compiled else None, "load": loaded,
                     "steps": built.denoising.work if built.denoising else None,
                     "step_labels": built.denoising.labels if built.denoising else None, "flow_changes": flow_changes,
-                    "warnings": warnings, **proof}
+                    "warnings": warnings, "repeat": repeated, **proof}
 
 
 def _check_load(context: RankContext, case: Case, reference, built) -> dict:

@@ -139,6 +139,7 @@ class Worker:
                               error_rank=None if len(failed) == len(gathered) else rank)
         try:
             metrics = measure(self.work, self.baselines, case, output)
+            metrics["repeat"] = info.get("repeat")  # the case run twice in this launch (harness.engine.repeat)
         except Exception as exc:  # noqa: BLE001
             return CaseRecord(case.case_id, error=backends.first_line(exc), error_rank=0, traceback=traceback_text())
         per_rank = [round(g["peak_mem_mb"], 1) for g in gathered]

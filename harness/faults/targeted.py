@@ -148,6 +148,25 @@ def grad_scale(target: str):
 
 
 
+@fault("repeat determinism: on rank 1 this module's output moves by another small amount at every call (a state "
+       "carried from one run to the next), so the case does not repeat itself bit for bit", targeted=True)
+def nondeterministic(target: str):
+    """Rank 1's module output times 1 + k 2^-20, k one more at each call (1 to 64): below fp32's limits, and never
+    the same twice in a row, as a stale buffer or an unordered reduction makes a run differ from the one before."""
+    import torch.distributed as dist
+
+    calls = []
+
+    def drifting(_module, _args, output):
+        if not dist.is_initialized() or dist.get_rank() != 1:
+            return output
+        calls.append(1)
+        factor = 1 + (1 + len(calls) % 64) * 2.0**-20
+        return (output[0] * factor, *output[1:]) if isinstance(output, tuple) else output * factor
+
+    return _on_parallel(target, lambda module: module.register_forward_hook(drifting))
+
+
 # How much the shared changes below move their module: far below fp32's limits (the output moves by ~1e-6, inside the
 # layouts' tolerance of 1e-5), far above one device's rerun noise on its platform (none: bit for bit).
 SHARED_CHANGE = 2.0**-20

@@ -81,7 +81,8 @@ COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output 
                  "graph_break": Check(), "load_shards": Check("ranks' parameters", figure=False),
                  "load_config": Check(figure=False), "flow_effect": Check("calls"), "flow_equals": Check(),
                  "flow_calls": Check("ranks", figure=False),
-                 "cache_decisions": Check("steps", figure=False), "cache_reuse": Check(figure=False)}
+                 "cache_decisions": Check("steps", figure=False), "cache_reuse": Check(figure=False),
+                 "repeat": Check("ranks")}
 
 # The layout families (each with a backend that runs it) the full plan compiles on a model or two besides every model
 # under ulysses2; the whole slice is sized to about 15 minutes of Inductor on 2 cores (docs/compile.md).
@@ -139,6 +140,7 @@ class Kind:
     references: str = ""  # the kind whose reference files its cases read ("": its own)
     localizes: bool = True  # a FAIL is traced module by module (False: what fails is no module's output)
     reruns: bool = True  # its run can be repeated with no side effect (one device's output between a flow's calls)
+    repeats: bool = True  # its case is run twice in one launch, bit for bit alike (harness.engine.repeat)
 
     @property
     def reference_kind(self) -> str:

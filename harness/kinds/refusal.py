@@ -33,6 +33,7 @@ class RefusalKind(OnForwardKind):
                                                              "(the context-parallel ones on a CP layout, the tensor-"
                                                              "parallel ones on a TP one).", is_list=True)
     localizes = False  # an accepted input is no module's output to trace
+    repeats = False  # it runs no model
     cost_s = 2.0  # a fresh model for each of its invalid inputs (15 on a CP layout, 5 on a TP one)
 
     def unavailable(self) -> str | None:

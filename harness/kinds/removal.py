@@ -33,6 +33,7 @@ class RemovalKind(OnForwardKind):
                                                                               "kind runs (one of each sharder and "
                                                                               "attention).", is_list=True)
     kept = "removed"  # the output after the removal: judged bit for bit against one device (no noise draws)
+    repeats = False  # its run takes the parallelism it ran under off the model
     cost_s = 0.5
 
     def unavailable(self) -> str | None:

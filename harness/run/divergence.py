@@ -45,6 +45,9 @@ def first_divergence(result: CaseResult, found: Localization) -> str:
         return (f"the divergence comes from compiling, not narrowed: {line.removeprefix('none: ')}; what compiling "
                 "breaks shows only with the whole model compiled (fusion across modules)")
     failed = result.evidence[0]
+    if failed["check"] == "repeat":  # no layout against one device: the layout against itself, run twice
+        module = (result.extra.get("repeat") or {}).get("module")
+        return f"does not repeat itself; {f'first at {module}' if module else 'not traced module by module'}"
     return (f"not localized: {line.removeprefix('none: ').removeprefix('none ')}, yet the case fails "
             f"({failed['text']}): what failed is no module's output or gradient (a parameter's own gradient, or "
             f"the run's output after the last module)")

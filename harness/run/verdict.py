@@ -16,7 +16,7 @@ from harness.kinds import kind_of, repro_template
 from harness.kinds.base import COMPILE_FIGURES
 from harness.rank import comms_check
 from harness.rank.kernels import dispatch_mismatch, function_mismatch, kernel_mismatch
-from harness.run import decisions, flow_checks, reference_drift
+from harness.run import decisions, flow_checks, reference_drift, repeats
 from harness.run.known_issues import KnownIssue
 
 
@@ -72,6 +72,7 @@ def _judge(outcome: Outcome, settings) -> CaseResult:
     return settle(result, items + _load_failures(result, record)
                   + flow_checks.failures(result, record, kind.flow_effect_limit(policy))
                   + decisions.failures(result, record.steps, record.step_labels) + numbers
+                  + repeats.judge(result, record.metrics, outcome.case.backend)
                   + _compile_failures(result, record, settings.fullgraph))
 
 

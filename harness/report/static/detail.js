@@ -25,7 +25,7 @@
       evidenceHTML(c) + figuresHTML(c) +
       blocksHTML(x) +
       (x.images ? imagesBlock({title: "Images", images: x.images}) : "") + localizationHTML(c, x) + driftHTML(x) +
-      commsHTML(x) +
+      repeatHTML(x) + commsHTML(x) +
       factsHTML(c, x) + (x.traceback ? '<h4>Traceback</h4><pre class="traceback">' + esc(x.traceback) + "</pre>" : "") +
       otherHTML(x, c.left, D.drawn);
   };
@@ -202,6 +202,17 @@
         var t = d[p];
         return (parts.length > 1 ? "<h5>" + p + "</h5>" : "") + R.modules(t.modules, t.first) + treeHTML(t.modules);
       }).join("");
+  }
+  // The case run twice in one launch (harness.engine.repeat): bit for bit on every rank, or each rank's difference
+  // and the first module that differed.
+  function repeatHTML(x) {
+    var r = x.repeat;
+    if (!r || !Array.isArray(r.ranks)) { return ""; }
+    var same = r.ranks.every(function (v) { return v === 0; });
+    return '<h4>Run twice in one launch</h4><p class="repeat' + (same ? "" : " moved") + '">' + (same ?
+      "bit for bit alike on every rank" : "per rank, the largest difference to the first run: " +
+      esc(r.ranks.map(function (v, i) { return "rank " + i + " " + R.text(v); }).join(", ")) +
+      (r.module ? "; first at <code>" + esc(r.module) + "</code>" : "")) + "</p>";
   }
   // The modules as a tree (a module, then what it holds, siblings in the order they ran), each with its drift.
   function treeHTML(rows) {
