@@ -11,10 +11,14 @@ from harness.faults.registry import fault
 
 @contextlib.contextmanager
 def _on_rank1(action):
+    """`action` on rank 1 once every rank is in the case: after a case's last collective rank 0 still judges it
+    while the others begin the next, and a fault acting at once would hit while rank 0 is a case behind."""
     import torch.distributed as dist
 
-    if dist.is_initialized() and dist.get_rank() == 1:
-        action()
+    if dist.is_initialized():
+        dist.barrier()
+        if dist.get_rank() == 1:
+            action()
     yield
 
 

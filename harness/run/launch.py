@@ -45,8 +45,9 @@ class _Watch:
     world_size: int
     tails: dict[int, LineTail] = field(default_factory=dict)
     pids: dict[int, int] = field(default_factory=dict)
-    current: str | None = None
+    current: str | None = None  # rank 0's case in flight
     started_at: float = field(default_factory=time.monotonic)
+    started: dict[int, str] = field(default_factory=dict)  # rank -> the case it began last (one may be ahead of 0)
     rank_errors: dict[str, dict[int, tuple[RankError, float]]] = field(default_factory=dict)  # and when seen
     dead_since: dict[int, float] = field(default_factory=dict)
     progress: tuple[float, float] | None = None  # (CPU seconds of all ranks, when they last grew by PROGRESS_CPU_S)
@@ -70,8 +71,10 @@ class _Watch:
         if isinstance(event, Hello):
             self.pids[event.rank], self.nodes[event.rank], self.hosts[event.rank] = event.pid, event.node, event.host
             self.ready_at = self.ready_at or time.monotonic()
-        elif isinstance(event, Start) and event.rank == 0:
-            self.current, self.started_at = event.case_id, time.monotonic()
+        elif isinstance(event, Start):
+            self.started[event.rank] = event.case_id
+            if event.rank == 0:
+                self.current, self.started_at = event.case_id, time.monotonic()
         elif isinstance(event, RankError):
             self.rank_errors.setdefault(event.case_id, {}).setdefault(event.rank, (event, time.monotonic()))
         elif isinstance(event, Fatal):
@@ -263,7 +266,7 @@ class _Launch:
             if len(self.done) == len(self.by_id):
                 return
             problem = self._problem(process)
-            if problem is None:
+            if problem is None or (problem is Problem.RANK_DIED and self._rank_0_judging()):
                 time.sleep(POLL_S)
                 continue
             time.sleep(POLL_S)
@@ -363,12 +366,31 @@ class _Launch:
 
     def _blame(self, problem: Problem, returncode) -> None:
         """Give the case in flight its outcome; if the launch died before any case started, every case."""
-        current = self.watch.current if self.watch.current in self.by_id and self.watch.current not in self.held \
-            else None
+        current = self._in_flight(problem)
         victims = [current] if current else ([] if self.done or self.held else
                                              [cid for cid in self.by_id if cid not in self.done])
         for case_id in victims:
             self._give(self._outcome(case_id, problem, returncode))
+
+    def _rank_0_judging(self) -> bool:
+        """A rank died in a later case than rank 0's in flight: every collective of rank 0's case is behind both, so
+        rank 0 only judges it; its result is waited for (within the case timeout) before the group is stopped."""
+        dead, current, order = self.watch.dead_ranks(), self.watch.current, list(self.by_id)
+        began = self.watch.started.get(dead[0]) if dead else None
+        return current in self.by_id and began in self.by_id and 0 not in dead and \
+            order.index(began) > order.index(current) and \
+            time.monotonic() - self.watch.started_at < self._limit(current)
+
+    def _in_flight(self, problem: Problem) -> str | None:
+        """The case the problem ends: rank 0's in flight, or for a rank that died the case that rank had begun: the
+        other ranks go on to the next case while rank 0 still judges the last (found under load: rank 1 aborted in
+        the next case, and the case rank 0 was judging was blamed for it); the case rank 0 was in then runs again in
+        the next launch."""
+        dead = self.watch.dead_ranks() if problem is Problem.RANK_DIED else []
+        for case_id in (self.watch.started.get(dead[0]) if dead else None, self.watch.current):
+            if case_id in self.by_id and case_id not in self.done and case_id not in self.held:
+                return case_id
+        return None
 
     def _outcome(self, case_id: str, problem: Problem, returncode) -> Outcome:
         case, waited = self.by_id[case_id], time.monotonic() - self.watch.started_at

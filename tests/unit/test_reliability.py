@@ -581,3 +581,25 @@ def test_an_error_of_a_rank_ahead_of_rank_0_is_timed_from_when_rank_0_reaches_th
     clock[0] += launch.RANK_ERROR_GRACE_S + 1  # and then gives no result
     assert watch.error_unanswered_for() == launch.RANK_ERROR_GRACE_S + 1
     assert watch.blocked_for() == float("inf")  # no rank's CPU time to read: the error alone decides
+
+
+def test_a_rank_that_dies_a_case_ahead_of_rank_0_is_blamed_on_its_own_case(tmp_path):
+    """Found under load: after a case's last collective rank 0 still judges it while rank 1 begins the next, where it
+    aborted; the launcher blamed the case rank 0 was judging (a clean case ERROR, then held for a rerun where the
+    same happened again). The case a dead rank had begun is the one its death ends."""
+    from harness.core.events import Problem, Start
+    from harness.core.records import GroupSpec
+    from harness.run import launch
+
+    judged, next_one = _case("flux", "ulysses2"), _case("flux", "tp2")
+    group = GroupSpec(str(tmp_path), "references", None, [judged, next_one])
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])  # its pid is no process once it has ended
+    gone.wait()
+    run = launch._Launch(group, tmp_path, 60.0, lambda outcome: None)
+    run.watch.pids = {0: os.getpid(), 1: gone.pid}
+    for rank in (0, 1):
+        run.watch._on(Start(rank, 0.0, judged.case_id))
+    assert run._in_flight(Problem.RANK_DIED) == judged.case_id  # rank 1 died in the case rank 0 is in
+    run.watch._on(Start(1, 0.0, next_one.case_id))
+    assert run._in_flight(Problem.RANK_DIED) == next_one.case_id  # rank 1 died a case ahead
+    assert run._in_flight(Problem.HUNG) == judged.case_id  # any other problem: rank 0's case
