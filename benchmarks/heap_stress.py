@@ -13,8 +13,9 @@ warm parent is started under them, so every rank forked from it has them.
 
 `--off` switches suspects off, each alone or together: `recorder` (the comms recorder's dispatch mode), `async`
 (functional collectives waited for as issued), `inductor` (the compiled cases run `aot_eager`: Dynamo and
-AOTAutograd, no Inductor kernels), `fork` (ranks started by torchrun, not forked from the warm parent); the patches
-are benchmarks/heap_stress_site/sitecustomize.py's.
+AOTAutograd, no Inductor kernels), `fork` (ranks started by torchrun, not forked from the warm parent), and
+`one_thread`, the workaround (each gloo group back to gloo's two worker threads); the patches are
+benchmarks/heap_stress_site/sitecustomize.py's.
 
 `--inject heap_overflow_rank1` is the positive control: one case whose rank 1 writes 8 bytes past a 40-byte heap
 block (harness/faults/reliability.py). With the checks its rank must die at that block's free, be named with its
@@ -51,7 +52,7 @@ CONTROL = ["--models", "flux", "--layouts", "ulysses2", "--backends", "native", 
            "tensor", "--modes", "eager", "--loads", "enable", "--flows", "none"]
 CHECKS = {"LD_PRELOAD": "libc_malloc_debug.so.0", "GLIBC_TUNABLES": "glibc.malloc.check=3:glibc.malloc.perturb=165"}
 CORE_PATTERN = Path("/proc/sys/kernel/core_pattern")
-SUSPECTS = {"recorder", "async", "inductor", "fork"}
+SUSPECTS = {"recorder", "async", "inductor", "fork", "one_thread"}
 ROUND_TAG = "HEAP_STRESS_ROUND"  # in every process of a round, for CpuMeter
 DIED = re.compile(r"rank (\d+) died during the case \(pid (\d+)\)")
 

@@ -8,6 +8,9 @@ this file as it starts).
 - `async`: every functional collective is waited for as it is issued (`wait_tensor` where torch would hand back an
   AsyncCollectiveTensor), so no gloo work is in flight while Python goes on.
 
+- `one_thread`: the workaround itself (harness.rank.cpu gives each gloo group one worker thread): off, each group has
+  gloo's two again, as before 2026-12-06.
+
 Inductor's CPU kernels are switched off by the round's modes (`aot_eager` for `compile`), the fork by
 `--rank-start torchrun`: neither needs a patch.
 """
@@ -35,8 +38,13 @@ def _synchronous_collectives(module) -> None:
     module._maybe_wrap_tensor = module.wait_tensor
 
 
+def _two_gloo_threads(module) -> None:
+    module._gloo_one_worker_thread = lambda: None
+
+
 PATCHES = {"recorder": ("harness.rank.recorder", _no_dispatch_mode),
-           "async": ("torch.distributed._functional_collectives", _synchronous_collectives)}
+           "async": ("torch.distributed._functional_collectives", _synchronous_collectives),
+           "one_thread": ("harness.rank.cpu", _two_gloo_threads)}
 UNKNOWN = OFF - set(PATCHES) - {"inductor", "fork"}
 if UNKNOWN:
     raise SystemExit(f"HEAP_STRESS_OFF: unknown suspect(s) {sorted(UNKNOWN)}")
