@@ -26,7 +26,7 @@ from harness.kinds.base import (
     every_model_slice,
     slice_ids,
 )
-from harness.kinds.capturing import seeded_meta, seeded_model
+from harness.kinds.capturing import module_record, seeded_meta, seeded_model
 
 MAX_ABS = FigureSpec("max_abs_err", "max abs err", cell="{value:.1e}", short="err")
 MEAN_ABS = FigureSpec("mean_abs_err", "mean abs err")
@@ -139,10 +139,13 @@ class TensorKind(Kind):
         spec, path, module = seeded_model(self.name, model, shape, root, force)
         if module is None:
             return path, False
+        from harness.rank.fingerprint import Recorder
+
         inputs = spec.inputs(shape)
-        output = run_model(module, inputs)
-        meta = seeded_meta(spec, shape, self.name, spec.config_hash())
-        return path, write_reference(path, module.state_dict(), inputs, output, meta, force=force)
+        with Recorder(module) as recorder:  # what each module gave: where a later run first leaves it
+            output = run_model(module, inputs)
+        meta, modules = seeded_meta(spec, shape, self.name, spec.config_hash()), module_record(recorder.finish(output))
+        return path, write_reference(path, module.state_dict(), inputs, output, meta, force=force, modules=modules)
 
     def build(self, case, reference, device, load) -> Built:
         """The model from the reference's fp32 weights cast once to the case's dtype (never down and back up)."""
