@@ -130,8 +130,12 @@ class CaseResult:
     @property
     def cell(self) -> str:
         """The matrix cell's text: the deciding check and how much of its allowance it used, else the key figure
-        ("" for none)."""
-        return figures.decided_cell(self.deciding) if self.deciding else figures.cell(self.figures)
+        ("" for none). A check held exactly to its ideal that met it (a repeat bit for bit alike) says nothing a
+        kind's key figure would not: the key figure is written then."""
+        met_exactly = self.deciding and figures.is_exact(self.deciding) and not float(self.deciding["margin"])
+        if self.deciding and not (met_exactly and figures.cell(self.figures)):
+            return figures.decided_cell(self.deciding)
+        return figures.cell(self.figures)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

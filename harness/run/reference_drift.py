@@ -5,8 +5,11 @@ the compiler or torch, said as such however far inside the layouts' tolerance.""
 
 from __future__ import annotations
 
+import textwrap
+
 from harness.core.figures import REFERENCE, FigureSpec
 from harness.core.results import CaseResult
+from harness.report.matrix import WIDTH
 
 DRIFT = FigureSpec("reference_drift", "one device against its stored reference (module fingerprints, rel err)",
                    ".2g", role=REFERENCE)
@@ -61,5 +64,6 @@ def summary_lines(results: list[CaseResult]) -> list[str]:
     if absent:
         lines.append(f"note: {len(absent)} reference(s) hold no module fingerprints ({', '.join(sorted(absent)[:4])}"
                      f"{'...' if len(absent) > 4 else ''}): where one device leaves them cannot be located")
-    return lines
+    return [textwrap.fill(line, WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+            for line in lines]  # as wide as the terminal's matrix
 

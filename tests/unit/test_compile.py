@@ -71,7 +71,12 @@ def test_each_plan_compiles_its_slice_only_and_all_runs_every_mode_on_every_case
     narrow = replace(quick, models=["flux"], layouts=["single", "ulysses2"], kinds=["tensor"], dtypes=["fp32"],
                      backends=["native"], shapes=["default", "txt7"])
     ids = {planned.case.case_id for planned in plan_from(narrow) if planned.case.mode != "eager"}
-    assert ids == {"flux/single/native/fp32/tensor/compile", "flux/ulysses2/native/fp32/tensor/compile"}
+    from harness import flows  # the flows that declare `quick_compiled`, compiled on flux ulysses2 (a proof path each)
+
+    compiled_flows = {f"flux/ulysses2/native/fp32/tensor/{value}/compile" for value in flows.quick_compiled()}
+    assert compiled_flows and "flux/ulysses2/native/fp32/tensor/lora/compile" in compiled_flows
+    assert ids == {"flux/single/native/fp32/tensor/compile", "flux/ulysses2/native/fp32/tensor/compile",
+                   *compiled_flows}
     every = {planned.case.case_id for planned in plan_from(replace(narrow, modes=["all"]))}
     assert "flux@txt7/ulysses2/native/fp32/tensor/aot_eager" in every
     assert "flux@txt7/single/native/fp32/tensor/regional" in every

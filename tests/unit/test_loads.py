@@ -245,7 +245,8 @@ def test_the_loader_controls_fail_where_their_clean_twins_pass(loaded):
     wrong = results["flux/tp2/native/fp32/tensor/pretrained+load_wrong_slice"]
     assert wrong.status is Status.FAIL and "rank 0: the local shard of " in wrong.reason
     dropped = results["flux/ulysses2/native/fp32/tensor/pretrained_wrapped+load_cp_hooks_dropped"]
-    assert dropped.status is Status.FAIL and [item["check"] for item in dropped.evidence] == ["proof.comms"]
+    # only the communication proof, one item per exchange it missed (each a subject a known issue could name)
+    assert dropped.status is Status.FAIL and {item["check"] for item in dropped.evidence} == {"proof.comms"}
     assert "transformer_blocks.0.attn: 0 all_to_all" in dropped.reason  # the numbers pass: every rank ran it all
 
 

@@ -125,8 +125,13 @@ def test_a_compiled_only_control_is_missed_when_its_fault_shows_eager_too():
 
 
 def test_controls_ran_in_one_launch_per_world_size(control_results):
-    _, header, _, _ = control_results
-    assert header["launches"] == len(header["world_sizes"]) == 3  # 1, 2 and 4 ranks
+    """One launch per world size, but for the cases a rank died in (a cache left out on one rank desynchronises the
+    collectives: gloo aborts it): each such death ends its launch and the case runs once more in a fresh one, whose
+    second death ends that launch too."""
+    results, header, _, _ = control_results
+    died = [result for result in results.values() if result.rank_death]
+    assert len(header["world_sizes"]) == 3  # 1, 2 and 4 ranks
+    assert 3 <= header["launches"] <= 3 + 2 * len(died), [result.case_id for result in died]
 
 
 def test_localization_names_the_one_broken_module(tmp_path_factory, zoo_references):

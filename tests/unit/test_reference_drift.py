@@ -7,6 +7,7 @@ from __future__ import annotations
 from harness.core.figures import REFERENCE, with_role
 from harness.core.records import Localization, ModuleTrace
 from harness.core.results import CaseResult, Status
+from harness.report.matrix import WIDTH
 from harness.report.moved import moved_banner
 from harness.run import reference_drift
 from harness.run.divergence import first_divergence
@@ -35,13 +36,15 @@ def test_a_moved_reference_is_a_figure_of_its_own_and_fails_nothing():
 def test_the_summary_and_the_page_say_each_moved_reference_once():
     cases = [_case("single", MOVED), _case("ulysses2", MOVED), _case("tp2", STILL)]
     lines = reference_drift.summary_lines(cases)
+    assert all(len(part) <= WIDTH for line in lines for part in line.splitlines())  # wrapped as wide as the matrix
+    lines = [line.replace("\n  ", " ") for line in lines]
     assert lines == [f"one device moved off its stored reference: flux@default tensor: rel err 1.7e-06 > 1e-14 (its "
                      f"own noise: captured on this platform); first moved: {MOVED['line']}"]
     banner = moved_banner(cases)
     assert banner.count("<li>") == 1 and 'href="#case-flux/single/native/fp32/tensor"' in banner
     assert moved_banner([_case("tp2", STILL)]) == ""
     absent = _case(drift={"absent": "references/flux/tensor.safetensors predates per-module fingerprints"})
-    assert reference_drift.summary_lines([absent]) == [
+    assert [line.replace("\n  ", " ") for line in reference_drift.summary_lines([absent])] == [
         "note: 1 reference(s) hold no module fingerprints (flux@default): where one device leaves them cannot be "
         "located"]
 
