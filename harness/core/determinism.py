@@ -3,9 +3,30 @@
 from __future__ import annotations
 
 import logging
+import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
+
+from harness.core.records import RANK_THREADS
+
+
+def rank_threads() -> int:
+    """The CPU threads a rank computes with (harness.run.launchers.node_env sets them)."""
+    return int(os.environ.get("OMP_NUM_THREADS", RANK_THREADS))
+
+
+@contextmanager
+def as_a_rank_computes() -> Iterator[None]:
+    """A capture on the CPU threads a rank uses, so that one device in a rank reruns a reference bit for bit."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(rank_threads())
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def strict_fp32() -> None:

@@ -16,6 +16,9 @@ from harness.core.layouts import Layout, parse_layout
 # The node a rank runs on (0 plans and judges), set by the harness on each node's torchrun: ranks report it in their
 # events so a failure names its node as well as its rank.
 NODE_ENV = "HARNESS_NODE_RANK"
+# Every rank runs on this many CPU threads unless OMP_NUM_THREADS says otherwise (ranks share a node's cores):
+# another count sums fp32 in another order, ~1e-7 apart on some zoo models (docs/localization.md)
+RANK_THREADS = "1"
 STACKS_SIGNAL = signal.SIGUSR1  # a rank dumps its Python stacks on it (faulthandler); the launcher sends it to a hang
 
 

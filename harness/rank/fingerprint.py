@@ -185,7 +185,8 @@ def record(module: torch.nn.Module, run: Callable[[], object], loss: Callable[[]
 
 def platform() -> dict[str, str]:
     """What decides whether a one-device fp32 run reproduces bit for bit: torch's build, the device, and on a CPU
-    the vector instructions torch dispatches to and the processor model."""
+    the vector instructions torch dispatches to, the processor model and the threads it sums over (a capture runs on
+    a rank's: harness.core.determinism.as_a_rank_computes)."""
     found = {"torch": torch.__version__}
     if torch.cuda.is_available():
         found["device"] = torch.cuda.get_device_name(0)
@@ -193,6 +194,7 @@ def platform() -> dict[str, str]:
     found["device"] = f"cpu {_platform.machine()}"
     found["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
     found["cpu_model"] = _cpu_model()
+    found["threads"] = str(torch.get_num_threads())
     return found
 
 

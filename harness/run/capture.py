@@ -42,7 +42,8 @@ def capture_all(models, root: Path, force: bool = False, kinds=None, weights_dir
     check_weights(weights_dir)
     for kind, model, shape, folder in reference_targets(models, kinds, shapes, weights_dir, scopes):
         options = kind_of(kind).capture_options(settings) if settings is not None else {}
-        path, written = kind_of(kind).capture(model, shape, root, force, folder, **options)
+        with determinism.as_a_rank_computes():
+            path, written = kind_of(kind).capture(model, shape, root, force, folder, **options)
         kept = f"kept     {path}" + (" (the recapture reproduces it)" if force else "")
         echo(f"captured {path}" if written else kept)
         paths.append(path)
@@ -68,7 +69,8 @@ def ensure_references(cases, root: Path, echo: Callable[[str], None], capture_mi
         case = needed[key]
         kind = kind_of(key[2])
         options = kind.capture_options(settings) if settings is not None else {}
-        path, _ = kind.capture(case.model, case.shape, root, weights_dir=case.weights_dir, **options)
+        with determinism.as_a_rank_computes():
+            path, _ = kind.capture(case.model, case.shape, root, weights_dir=case.weights_dir, **options)
         echo(f"captured {path}")
     metas = {}
     for key in sorted(needed):

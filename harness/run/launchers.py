@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.core.errors import HarnessError
-from harness.core.records import NODE_ENV
+from harness.core.records import NODE_ENV, RANK_THREADS
 
 WORKER = ["-m", "harness.engine.worker"]
 DEFAULT_PORT = 29500  # torchrun's own default rendezvous port
@@ -163,7 +163,7 @@ def node_env(node_rank: int) -> dict[str, str]:
     """The environment of a node's torchrun and its ranks: one thread per rank (ranks share the node's cores, and
     torchrun prints a banner when OMP_NUM_THREADS is unset), quiet diffusers, and the node's number for the events."""
     env = dict(os.environ)
-    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("OMP_NUM_THREADS", RANK_THREADS)
     env.setdefault("DIFFUSERS_VERBOSITY", "error")
     env["PYTHONWARNINGS"] = "ignore"
     env[NODE_ENV] = str(node_rank)

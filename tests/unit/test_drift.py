@@ -71,6 +71,15 @@ def test_elsewhere_each_module_is_held_to_this_platforms_rounding_noise(referenc
     assert _of(references, "rope_sign")["line"].startswith("transformer_blocks.0.attn (first seen at its to_out.0)")
 
 
+def test_other_threads_are_another_platform(references, monkeypatch):
+    """A capture sums on a rank's threads; a rank on other threads sums in another order (~1e-7 on some models),
+    so its limit is this platform's noise, said as the threads."""
+    here = fingerprint.platform()
+    assert here["threads"] == str(torch.get_num_threads())
+    monkeypatch.setattr(fingerprint, "platform", lambda: {**here, "threads": "7"})
+    assert _of(references)["derived"].startswith("captured on another platform (threads differ: ")
+
+
 def test_a_reference_without_fingerprints_says_it_cannot_be_located(tmp_path):
     from harness.core.reference import read_reference, reference_path, write_reference
 

@@ -94,3 +94,17 @@ def test_a_module_the_reference_did_not_run_is_said_not_compared():
     traces = moved.compare(stored, _record(_model()), _limit)
     assert traces["forward"].uncompared == ["0"]
     assert moved.summary(traces).startswith("none within the 5 compared module outputs; 1 not compared (0)")
+
+
+def test_a_capture_sums_on_the_threads_a_rank_computes_with(monkeypatch):
+    from harness.core import determinism
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with determinism.as_a_rank_computes():
+            assert torch.get_num_threads() == 1 and fingerprint.platform()["threads"] == "1"
+        assert torch.get_num_threads() == 2  # the capturing process's own count again
+    finally:
+        torch.set_num_threads(before)
