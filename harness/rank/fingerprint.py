@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from harness.rank.localize import first_tensor  # a module's output as one tensor, as localization reads it
+
 PROJECTIONS = 4
 WIDTH = PROJECTIONS + 2  # the projections, the RMS, the largest magnitude
 SEED = 59
@@ -88,16 +90,6 @@ class Fingerprints:
     def parts(self) -> dict[str, tuple[list[str], torch.Tensor]]:
         """{part: (names, [modules, WIDTH] values)} of the parts recorded (a run without a loss has no backward)."""
         return {part: (self.names[part], torch.stack(self.values[part])) for part in PARTS if self.names[part]}
-
-
-def first_tensor(output) -> torch.Tensor | None:
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, (tuple, list)):
-        return next((found for item in output if (found := first_tensor(item)) is not None), None)
-    if hasattr(output, "sample"):
-        return first_tensor(output.sample)
-    return None
 
 
 def whole(output) -> torch.Tensor | None:
