@@ -165,15 +165,12 @@ CAPTURED = pytest.StashKey[dict]()
 def captured_reference(request, reference_target):
     """Captures one reference (kept if present, unless --ref-force; kept too when a forced recapture reproduces it);
     returns (path, written). What each item did is summed up at the end of the session."""
-    from harness.core.determinism import as_a_rank_computes
-    from harness.kinds import kind_of
+    from harness.run.capture import capture_one
 
     kind, model, shape, weights_dir = reference_target
     settings = settings_from(request.config)
     root, force = settings.path("references"), request.config.getoption("ref_force")
-    with as_a_rank_computes():
-        path, written = kind_of(kind).capture(model, shape, root, force, weights_dir,
-                                              **kind_of(kind).capture_options(settings))
+    path, written = capture_one(kind, model, shape, root, force, weights_dir, settings)
     how = "captured" if written else ("kept: the recapture reproduces it" if force else "kept: present")
     request.config.stash.setdefault(CAPTURED, {})[str(path)] = how
     return path, written

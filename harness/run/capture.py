@@ -32,6 +32,14 @@ def reference_targets(models, kinds, shapes=None, weights_dir=None,
             for shape, folder in kind_of(kind).shapes(specs[name], wanted, weights_dir)]
 
 
+def capture_one(kind: str, model: str, shape: str, root: Path, force: bool, weights_dir, settings=None):
+    """One reference of `kind` (its options from `settings`), captured on the CPU threads a rank computes with:
+    (path, written)."""
+    options = kind_of(kind).capture_options(settings) if settings is not None else {}
+    with determinism.as_a_rank_computes():
+        return kind_of(kind).capture(model, shape, root, force, weights_dir, **options)
+
+
 def capture_all(models, root: Path, force: bool = False, kinds=None, weights_dir=None,
                 echo: Callable[[str], None] = print, shapes=None, settings=None) -> list[Path]:
     """Every reference of `models` x `kinds` (each kind's own models and options when `settings` is given)."""
@@ -41,9 +49,7 @@ def capture_all(models, root: Path, force: bool = False, kinds=None, weights_dir
     kinds = list(KINDS) if kinds is None else kinds
     check_weights(weights_dir)
     for kind, model, shape, folder in reference_targets(models, kinds, shapes, weights_dir, scopes):
-        options = kind_of(kind).capture_options(settings) if settings is not None else {}
-        with determinism.as_a_rank_computes():
-            path, written = kind_of(kind).capture(model, shape, root, force, folder, **options)
+        path, written = capture_one(kind, model, shape, root, force, folder, settings)
         kept = f"kept     {path}" + (" (the recapture reproduces it)" if force else "")
         echo(f"captured {path}" if written else kept)
         paths.append(path)
@@ -67,10 +73,7 @@ def ensure_references(cases, root: Path, echo: Callable[[str], None], capture_mi
         determinism.quiet_diffusers()
     for key in missing:
         case = needed[key]
-        kind = kind_of(key[2])
-        options = kind.capture_options(settings) if settings is not None else {}
-        with determinism.as_a_rank_computes():
-            path, _ = kind.capture(case.model, case.shape, root, weights_dir=case.weights_dir, **options)
+        path, _ = capture_one(key[2], case.model, case.shape, root, False, case.weights_dir, settings)
         echo(f"captured {path}")
     metas = {}
     for key in sorted(needed):
