@@ -13,6 +13,7 @@ from harness.flows.registry import (
     CHANGES,
     KEEPS,
     NONE,
+    ONE_DEVICE_DTYPE,
     REGISTERED,
     VALUES,
     Call,
@@ -32,6 +33,6 @@ from harness.flows.registry import (
 ENV = REGISTERED.env
 REGISTERED.import_own()
 
-__all__ = ["AFTER", "BEFORE", "CHANGES", "ENV", "KEEPS", "NONE", "REGISTERED", "VALUES", "Call", "Equivalent", "Flow",
-           "FlowValue", "Refused", "Setting", "flow", "make", "make_at", "quick_compiled", "quick_values",
-           "refusal_of", "sets_backend", "value_of"]
+__all__ = ["AFTER", "BEFORE", "CHANGES", "ENV", "KEEPS", "NONE", "ONE_DEVICE_DTYPE", "REGISTERED", "VALUES", "Call",
+           "Equivalent", "Flow", "FlowValue", "Refused", "Setting", "flow", "make", "make_at", "quick_compiled",
+           "quick_values", "refusal_of", "sets_backend", "value_of"]

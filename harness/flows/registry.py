@@ -19,6 +19,9 @@ from harness.core.registry import Registry
 NONE = "none"  # the default flow: nothing called around enable_parallelism (left out of case ids)
 SUFFIX = "_after"  # what an axis value of the "after" position ends with
 BEFORE, AFTER = "before", "after"  # the positions: before enable_parallelism, after it
+# What a flow case is judged against: the same calls on one device in this dtype, whatever the case's own
+# (harness.engine.casework.flow_reference); so what the calls did is held to this dtype's limit (harness.run.verdict)
+ONE_DEVICE_DTYPE = "fp32"
 
 
 def on_layouts(family: str, layout) -> bool:

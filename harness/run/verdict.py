@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 import traceback
 
+from harness import flows
 from harness.core import applicability, evidence, figures
 from harness.core.evidence import Evidence, status_of
 from harness.core.figures import table
@@ -60,6 +61,9 @@ def _judge(outcome: Outcome, settings) -> CaseResult:
         return settle(result, [Evidence("error", f"{rank}: {record.error}" if rank else record.error, rank)])
     kind = kind_of(outcome.case.kind)
     policy = kind.policy(settings, outcome.case.dtype)
+    # what a flow's calls did is measured on one device in fp32, whatever the case's dtype: held to fp32's limit (a
+    # bf16 one let PyramidAttentionBroadcast's cond/uncond state shared on one device pass)
+    flow_policy = kind.policy(settings, flows.ONE_DEVICE_DTYPE)
     numbers = kind.judge(result, record.metrics, policy)
     if record.warnings:  # evidence beside the verdict (SeaCache's fail-open says it warned), never a check of its own
         result.extra.setdefault("blocks", []).append(
@@ -70,7 +74,7 @@ def _judge(outcome: Outcome, settings) -> CaseResult:
     items = _proof_failures(outcome.case, record) + _integrity_failures(result, record,
                                                                              kind.rank_tolerance(policy))
     return settle(result, items + _load_failures(result, record)
-                  + flow_checks.failures(result, record, kind.flow_effect_limit(policy))
+                  + flow_checks.failures(result, record, kind.flow_effect_limit(flow_policy))
                   + decisions.failures(result, record.steps, record.step_labels) + numbers
                   + repeats.judge(result, record.metrics, outcome.case.backend)
                   + _compile_failures(result, record, settings.fullgraph))

@@ -400,3 +400,29 @@ def test_a_flow_whose_control_passes_is_named_as_testing_nothing(project, monkey
     assert [row[:2] for row in rows] == [["MISSED", "toy_nothing"], ["caught", "lora"]], done.stdout
     assert "faulty PASS" in " ".join(rows[0])
     assert "flows whose control was not caught (they test nothing): toy_nothing (all calls)" in done.stdout
+
+
+def test_what_a_flow_did_is_held_to_fp32s_limit_in_a_low_precision_case_too():
+    """The calls' effect and the model they must equal are measured on one device in fp32 whatever the case's dtype:
+    a bf16 case's own tolerance (0.15) let a cache whose one-device run is 0.02 off the model it must equal pass."""
+    from harness.core.layouts import parse_layout
+    from harness.core.records import Case, CaseRecord, Outcome
+    from harness.core.results import Status
+    from harness.run.settings import load_settings
+    from harness.run.verdict import judge
+    from tests.judging import ROOT
+
+    limits = load_settings({"tensor_limits": {"fp32": 1e-5, "bf16": 0.15, "fp16": 0.15}}, start=ROOT)
+    noise = {"nudged:1": 7.8e-3, "nudged:2": 7.8e-3, "math_kernel": 2.0e-3, "split_reduction": 7.8e-3}
+    case = Case("flux", parse_layout("ulysses2"), "native", "bf16", flow="cache_pab")
+    judged = []
+    for diff in (0.0, 0.02):
+        facts = _facts([("changes", 0.1)], 0.1, equals={"text": "the same cache on a model of its own", "diff": diff})
+        metrics = {"max_abs_err": 1.0e-2, "mean_abs_err": 2.7e-3, "max_rel_err": 1e-3, "nonfinite": 0,
+                   "baseline": {"mean_abs_err": 2.67e-3, "max_abs_err": 1.0e-2}, "vs_baseline_max_abs": 3.9e-3,
+                   "noise": noise, "flow": facts}
+        record = CaseRecord(case.case_id, seconds=0.1, dispatched={"native": 2}, metrics=metrics)
+        judged.append(judge(Outcome(case, record), limits))
+    assert judged[0].status is Status.PASS, judged[0].reason
+    assert judged[1].status is Status.FAIL and [item["check"] for item in judged[1].evidence] == ["flow_equals"]
+    assert "by 0.02 (limit 1e-05)" in judged[1].reason
