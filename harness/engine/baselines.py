@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from harness import faults, flows
+from harness.core.layouts import Layout
 from harness.core.modes import EAGER
 from harness.core.records import Case
 from harness.engine.context import RankContext
@@ -45,18 +46,16 @@ class Baselines:
 
     def of(self, case: Case, draw: str | None = None):
         """The baseline of `case` (or its noise draw `draw`): an output, or the message of its failure."""
-        backend = case.backend if case.layout.world_size > 1 else "native"
-        model_change = case.fault if faults.is_model_change(case.fault) else None
-        key = self._key(case, backend, model_change, draw)
+        key, backend, model_change = self.key_of(case, draw), _backend(case), _model_change(case)
         if key not in self.kept:
             with self.context.phase("baselines"):
                 self.kept[key] = self._shared(key)
                 if self.kept[key] is None:
                     self.kept[key], record = self._compute(case, backend, model_change, draw)
-                    self._share(key)
-                    if record is not None:
+                    if record is not None:  # shared first: another rank that finds the output finds its record
                         self.kept[(*key, _RECORD)] = record
                         self._share((*key, _RECORD))
+                    self._share(key)
                 elif (*key, _RECORD) not in self.kept and self._shared((*key, _RECORD)) is not None:
                     self.kept[(*key, _RECORD)] = self._shared((*key, _RECORD))
         return self.kept[key]
@@ -64,9 +63,13 @@ class Baselines:
     def record_of(self, case: Case) -> FlowRecord | None:
         """What the case's flow did on its one-device baseline (None: no flow, or the baseline failed)."""
         self.of(case)
-        backend = case.backend if case.layout.world_size > 1 else "native"
-        model_change = case.fault if faults.is_model_change(case.fault) else None
-        return self.kept.get((*self._key(case, backend, model_change), _RECORD))
+        return self.kept.get((*self.key_of(case), _RECORD))
+
+    def wanted(self, case: Case) -> list[tuple[Case, str | None]]:
+        """What measuring `case` asks of the baselines (harness.engine.casework.measure), as (case, draw): for a
+        flow the fp32 one-device run of its calls, then the case's own, then its noise draws."""
+        asked = [(case, None), *((case, name) for name in kind_of(case.kind).draws_for(case))]
+        return [(flow_one_device(case), None), *asked] if case.flow != flows.NONE else asked
 
     def offer(self, case: Case, output) -> None:
         """A one-rank case without a fault computed exactly a baseline: its model, dtype and backend on one device.
@@ -77,6 +80,12 @@ class Baselines:
         if key not in self.kept:
             self.kept[key] = kind_of(case.kind).detach(output)
             self._share(key)
+
+    def key_of(self, case: Case, draw: str | None = None) -> tuple:
+        return self._key(case, _backend(case), _model_change(case), draw)
+
+    def is_shared(self, key: tuple) -> bool:
+        return self.shared is not None and self._file(key).exists()
 
     @staticmethod
     def _key(case: Case, backend: str, model_change: str | None, draw: str | None = None) -> tuple:
@@ -170,6 +179,68 @@ class Baselines:
             self.context.flow_on_one_device(case, replace(branch, denoising=loop))
             loop.branch_models[context] = branch.module
         return kind_of(case.kind).detach(built.run())
+
+
+class Prefetch:
+    """A rank other than 0 waits while rank 0 computes a case's single-device baselines. Instead, while it does, the
+    rank computes and shares one baseline a later case of the launch will ask for that no earlier launch or rank
+    has left (ranks 1, 2, ... take the first, second, ... missing one): rank 0 then finds it in the shared folder
+    (or computes it itself, where a rank died before sharing it). Only then: a rank that computed while rank 0 had
+    nothing to compute would make rank 0 wait for it instead."""
+
+    def __init__(self, baselines: Baselines, cases: list[Case]):
+        self.baselines = baselines
+        self.asked = [[(baselines.key_of(each, draw), each, draw) for each, draw in baselines.wanted(case)]
+                      for case in cases]
+        self.present: set[tuple] = set()  # keys whose file exists (a shared baseline is never removed in a run)
+
+    def after(self, index: int, share: int) -> None:
+        """While rank 0 measures case `index`, if it computes a baseline for it: one as costly (compiled, or eager,
+        as the costliest rank 0 computes), never one that case asks for (rank 0 is computing those)."""
+        seen, missing = {key for key, _, _ in self.asked[index]}, []
+        computed = [(case, draw) for key, case, draw in self.asked[index] if not self._shared(key)]
+        if not computed:
+            return
+        costly = any(_compiled(case, draw) for case, draw in computed)
+        for asked in self.asked[index + 1:]:
+            for key, case, draw in asked:
+                if key in seen or self._shared(key) or _compiled(case, draw) != costly:
+                    continue
+                seen.add(key)
+                missing.append((key, case, draw))
+            if len(missing) > share:
+                key, case, draw = missing[share]
+                self.baselines.of(case, draw)
+                self.present.add(key)
+                return
+
+    def _shared(self, key: tuple) -> bool:
+        if key not in self.present and self.baselines.is_shared(key):
+            self.present.add(key)
+        return key in self.present
+
+
+def _compiled(case: Case, draw: str | None) -> bool:
+    """A compiled baseline costs a compile (tens of seconds on a CPU), an eager one a forward (a noise draw runs
+    eager)."""
+    return case.mode != EAGER and draw is None
+
+
+def _backend(case: Case) -> str:
+    """A parallel case's baseline runs its backend on one device; a one-rank case compares its backend with SDPA's."""
+    return case.backend if case.layout.world_size > 1 else "native"
+
+
+def _model_change(case: Case) -> str | None:
+    """A fault that stands for a change to diffusers is in force on one device too."""
+    return case.fault if faults.is_model_change(case.fault) else None
+
+
+def flow_one_device(case: Case) -> Case:
+    """The run a flow case is judged against: the same calls on one device, fp32, eager, native SDPA, the
+    reference's weights (harness.engine.casework.flow_reference)."""
+    return replace(case, layout=Layout("single"), backend="native", dtype=flows.ONE_DEVICE_DTYPE, mode=EAGER,
+                   load=ENABLE, fault=None)
 
 
 _RECORD = "flow record"  # the key of a flow baseline's record, beside its output's

@@ -7,11 +7,10 @@ import time
 from dataclasses import replace
 
 from harness import faults, flows
-from harness.core.layouts import Layout
-from harness.core.modes import EAGER, mode_of
+from harness.core.modes import mode_of
 from harness.core.records import Case
 from harness.engine import drift, repeat
-from harness.engine.baselines import Baselines
+from harness.engine.baselines import Baselines, flow_one_device
 from harness.engine.context import RankContext
 from harness.kinds import kind_of
 from harness.loads import ENABLE, load_of
@@ -44,7 +43,8 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
         context.phases["forward"] += forward_s
         dispatched, functions = backends.dispatches(), backends.functions_run()  # compiled too (harness::dispatched)
         proof = _prove_comms(case, built, recorder) if case.layout.world_size > 1 else {}
-        repeated = repeat.check(context, case, built, output)  # run twice in one launch: bit for bit alike?
+        with context.phase("repeat"):
+            repeated = repeat.check(context, case, built, output)  # run twice in one launch: bit for bit alike?
     if case.layout.is_torch_context_parallel and built.torch_cp_output_dim is not None:
         output = torch_cp.unshard(case.layout, context.mesh(case.layout), output, built.torch_cp_output_dim)
     placements = None
@@ -117,7 +117,7 @@ def flow_reference(context: RankContext, baselines: Baselines, case: Case) -> tu
         return reference, None
     facts = {"position": value.position, "changes_numbers": value.flow.changes_numbers,
              "calls": [{"text": call.text, "declared": call.effect, "moved": None} for call in value.flow.calls]}
-    one = replace(case, layout=Layout("single"), backend="native", dtype="fp32", mode=EAGER, load=ENABLE, fault=None)
+    one = flow_one_device(case)
     output = baselines.of(one)
     if isinstance(output, str):
         return reference, {**facts, "error": output}

@@ -21,7 +21,7 @@ from harness.core import determinism, events
 from harness.core.errors import traceback_text
 from harness.core.records import NODE_ENV, STACKS_SIGNAL, Case, CaseRecord, GroupSpec
 from harness.engine import tracer as tracing
-from harness.engine.baselines import Baselines
+from harness.engine.baselines import Baselines, Prefetch
 from harness.engine.casework import measure, run_case
 from harness.engine.context import RankContext
 from harness.engine.localization import localize_case
@@ -41,7 +41,11 @@ class Worker:
         images = Path(group.images_dir) if group.images_dir else None
         self.work = RankContext(Path(group.references), images, device,
                                 Path(group.checkpoints) if group.checkpoints else None)
-        self.baselines = Baselines(self.work, Path(group.baselines) if group.baselines and rank == 0 else None)
+        self.baselines = Baselines(self.work, Path(group.baselines) if group.baselines else None)
+        # the ranks on rank 0's node compute baselines for it while it measures (over several nodes the others may
+        # not see the shared folder)
+        node = int(os.environ.get(NODE_ENV, 0))
+        self.prefetch = Prefetch(self.baselines, group.cases) if rank > 0 and node == 0 and group.baselines else None
         self.events = open(Path(group.workdir) / f"rank{rank}.jsonl", "a", buffering=1)
 
     def emit(self, event: events.Event) -> None:
@@ -54,11 +58,13 @@ class Worker:
         return error
 
     def run(self) -> None:
-        for case in self.group.cases:
+        for index, case in enumerate(self.group.cases):
             self.emit(events.Start(self.rank, time.time(), case.case_id))
             if case.localize:
                 self.localize(case)
                 continue
+            if self.world_size > 1:  # together: a rank's prefetch (below) is not counted in the case's own time
+                dist.barrier()
             output = info = error = None
             try:
                 output, info = run_case(self.work, case)
@@ -83,7 +89,21 @@ class Worker:
                 record.rank_max_diff = differences
                 record.phases = {name: round(value, 4) for name, value in self.work.phases.items()}
                 self.report(record)
+            elif self.prefetch is not None and not any(g["error"] for g in gathered):  # else rank 0 measures nothing
+                self.prefetch_after(index)
             del output
+
+    def prefetch_after(self, index: int) -> None:
+        """A baseline a later case needs, while rank 0 measures this one (harness.engine.baselines.Prefetch). A
+        baseline's own failure is shared as its message, for rank 0 to report with the case; a failure of the
+        prefetch itself is said once in the launch's log and ends this rank's prefetching (rank 0 computes the rest)."""
+        try:
+            self.prefetch.after(index, self.rank - 1)
+        except Exception:  # noqa: BLE001 - never this rank's case's failure
+            print(f"rank {self.rank}: prefetching baselines stopped: {traceback_text()}", file=sys.stderr, flush=True)
+            self.prefetch = None
+        finally:
+            backends.reset_active_backend()
 
     def localize(self, case: Case) -> None:
         """Where the case breaks (harness.rank.localize); its time is its own, not the case's."""

@@ -139,7 +139,8 @@ def _time(header: RunHeader) -> str:
                "(its launch start-ups and the cases' own time)") if ratio else "Time"
     return (f'<details class="settings"><summary>{escape(summary)}</summary><table class="env">{rows}</table>'
             "<p class=\"muted\">floor: launch start-ups plus the cases' own time (each case's run carries the proof's "
-            "recording); the reports are written after this page is (results.json has their time)</p></details>")
+            "recording, and an eager case runs a second time for the repeat check); the reports are written after "
+            "this page is (results.json has their time)</p></details>")
 
 
 def _incomplete_banner(header: RunHeader) -> str:

@@ -12,19 +12,22 @@ from harness.core.results import CaseResult
 # A file each finished run appends its breakdown to, one JSON line: how benchmarks/bench_tests.py sums where the
 # test command's time goes without knowing where each test writes its reports.
 TIME_LOG = "HARNESS_TIME_LOG"
-PHASES = ("reference loading", "model build", "parallel setup", "forward", "baselines", "metrics and images", "gathers")
+# "repeat" is the case's second run, which the repeat check compares bit for bit with its first (harness.engine.repeat)
+PHASES = ("reference loading", "model build", "parallel setup", "forward", "repeat", "baselines", "metrics and images",
+          "gathers")
 
 
 def time_breakdown(results: list[CaseResult], startup_s: float, wall_s: float,
                    localize_s: float = 0.0, plan_s: float = 0.0) -> dict:
     """Where the wall time went: making the plan, launch start-ups, rank 0's phases summed over the cases,
     localization (its own launches, apart), and the rest (capture, judging, waiting); the floor is start-ups plus
-    the cases' own time (`seconds`), which a run cannot go below without changing what a case does."""
+    the cases' own time (`seconds`, and the second run of the repeat check), which a run cannot go below without
+    changing what a case does."""
     phases = {name: 0.0 for name in PHASES}
     for result in results:
         for name, seconds in (result.extra.get("phases") or {}).items():
             phases[name] = phases.get(name, 0.0) + seconds
-    floor = startup_s + sum(result.seconds or 0.0 for result in results)
+    floor = startup_s + sum(result.seconds or 0.0 for result in results) + phases["repeat"]
     accounted = startup_s + sum(phases.values()) + localize_s + plan_s
     return {"wall": round(wall_s, 2), "start-up and plan": round(plan_s, 2), "launch start-ups": round(startup_s, 2),
             **{name: round(value, 2) for name, value in phases.items()}, "localization": round(localize_s, 2),
