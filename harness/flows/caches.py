@@ -4,7 +4,8 @@ rank's decision at every step is recorded and compared.
 
 Each config is set so that one device really reuses at some step of the loop on the tiny zoo (flux and qwenimage:
 fewer `nn.Linear` calls at that step than at the first); a cache that reuses nothing there tests nothing, and its
-case says so (`cache_reuse`).
+case says so (`cache_reuse`). A tensor case runs the harness's loop (harness.flows.denoising); a picture runs the
+pipeline's own, with its own `cache_context` calls (harness.flows.pipeline_loop).
 """
 
 from __future__ import annotations
@@ -30,13 +31,20 @@ ATTENTIONS = [r"^blocks.*attn\d*", r"^transformer_blocks.*attn\d*", r"^single_tr
               r"^temporal_transformer_blocks.*attn\d*"]
 
 
+def _threshold(setting) -> float:
+    """First Block Cache's and SeaCache's threshold on the relative change they gate on: a pipeline's own loop (a
+    picture) moves its latents further per step than the harness's loop (its scheduler's shifted sigmas), and 0.5
+    reused at no step of QwenImage's picture (FBC) or Wan's (SeaCache); 1.0 reuses at some steps of each."""
+    return 0.5 if setting.pipeline is None else 1.0
+
+
 def _cache(hooks_module: str) -> dict:
     """What every cache flow declares: the diffusers module of its cache (a release without it: SKIP), the model's
     `enable_cache` and the loop its case runs. Its one call declares no effect on the numbers: the loop's one-device
     output is far from the captured single forward whatever the cache does; what proves the cache acted is a step
     that computed less (`cache_reuse`, harness.run.decisions)."""
     return {"needs": (f"diffusers.hooks.{hooks_module}",), "needs_api": ("enable_cache",), "steps": STEPS,
-            "equals": PER_BRANCH}
+            "equals": PER_BRANCH, "kinds": ("tensor", "image")}
 
 
 def _registered(hooks_module: str) -> dict:
@@ -46,12 +54,13 @@ def _registered(hooks_module: str) -> dict:
 
 # Each rank decides on its own chunk under context parallelism and the ranks deadlock (a TIMEOUT after the case's
 # time limit, which no entry excuses): the quick plan runs it in neither position (docs/flows.md)
-@flow(Call("model.enable_cache(FirstBlockCacheConfig(threshold=0.5)): the remaining blocks reused while the first "
-           "block's residual changes by less than half"), **_registered("first_block_cache"), quick=())
+@flow(Call("model.enable_cache(FirstBlockCacheConfig(threshold=0.5 (a picture: 1.0))): the remaining blocks reused "
+           "while the first block's residual changes by less than the threshold"), **_registered("first_block_cache"),
+      quick=())
 def cache_fbc(module, setting):
     from diffusers.hooks import FirstBlockCacheConfig
 
-    module.enable_cache(FirstBlockCacheConfig(threshold=0.5))
+    module.enable_cache(FirstBlockCacheConfig(threshold=_threshold(setting)))
 
 
 @flow(Call("model.enable_cache(PyramidAttentionBroadcastConfig(spatial_attention_block_skip_range=2, "
@@ -100,13 +109,13 @@ def cache_mag(module, setting):
                                        mag_ratios=[1.0] * steps))
 
 
-@flow(Call("model.enable_cache(SeaCacheConfig(threshold=0.5, raw_vision_callback=<the packed latents as one "
-           "frame>)), the loop's cache_context carrying step_index, sigma and num_inference_steps"),
+@flow(Call("model.enable_cache(SeaCacheConfig(threshold=0.5 (a picture: 1.0), raw_vision_callback=<the packed "
+           "latents as one frame>)), the loop's cache_context carrying step_index, sigma and num_inference_steps"),
       **_registered("sea_cache"))
 def cache_sea(module, setting):
     from diffusers.hooks import SeaCacheConfig
 
-    module.enable_cache(SeaCacheConfig(threshold=0.5, raw_vision_callback=_packed_latents))
+    module.enable_cache(SeaCacheConfig(threshold=_threshold(setting), raw_vision_callback=_packed_latents))
 
 
 def _packed_latents(module, args, kwargs) -> list:

@@ -23,7 +23,8 @@ from harness.flows.registry import value_of
 # the pipelines hand their caches the scheduler's timestep (and the transformer sigma x the model's timestep scale).
 LAST_SIGMA = 0.2
 TIMESTEPS = 1000
-GUIDANCE = 4.0  # QwenImage's default true_cfg_scale
+# QwenImage's default true_cfg_scale; a picture's pipeline is called with it too (harness.flows.pipeline_loop)
+GUIDANCE = 4.0
 # The prompt's embeddings: in the unconditional branch the negative prompt's take their place (here the prompt's,
 # negated: another prompt of the same shape, the same on every rank and every process)
 PROMPT_INPUTS = ("encoder_hidden_states", "pooled_projections")
@@ -70,7 +71,7 @@ class Denoising:
         pipeline's call ends."""
         latents, self.work = inputs["hidden_states"], []
         models = self.branch_models or dict.fromkeys(self.contexts, model)
-        with _Counter(*dict.fromkeys(models.values())) as counter:
+        with LinearCalls(*dict.fromkeys(models.values())) as counter:
             for index in range(self.steps):
                 self.sigma, following = self.sigmas[index], self.sigmas[index + 1]
                 where = {"step_index": index, "num_inference_steps": self.steps,
@@ -119,13 +120,13 @@ def _taken(cache_context: Callable, where: dict) -> dict:
     return {key: value for key, value in where.items() if key in named}
 
 
-class _Counter:
+class LinearCalls:
     """Counts the calls of every `nn.Linear` of the models while it is entered."""
 
     def __init__(self, *models):
         self.models, self.count, self.handles = models, 0, []
 
-    def __enter__(self) -> _Counter:
+    def __enter__(self) -> LinearCalls:
         import torch
 
         self.handles = [module.register_forward_hook(self._seen) for model in self.models for module in model.modules()

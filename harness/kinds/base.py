@@ -63,10 +63,13 @@ class Built:
 @dataclass(frozen=True)
 class Check:
     """A check a case can fail: what its failures name (its subjects, e.g. "parameters"; "" for the case as a whole)
-    and whether it has a figure (a known issue then gives the band it excuses)."""
+    and whether it has a figure (a known issue then gives the band it excuses); `one_device`: it is measured on one
+    device alone (what a flow's calls did there, whether a cache reused), so no module of the ranks' run can be where
+    it first went wrong, and localization is not run for it."""
 
     subjects: str = ""
     figure: bool = True
+    one_device: bool = False
 
 
 # Why `harness repro` scripts no case of PyTorch's context parallelism (the tcp layouts).
@@ -79,9 +82,10 @@ TORCH_CP_NOT_SCRIPTED = ("a case under PyTorch's context parallelism is not scri
 # denoising loop (a cache: harness.run.decisions).
 COMMON_CHECKS = {"rank_output": Check("ranks"), "dtensor_output": Check("output placements", figure=False),
                  "graph_break": Check(), "load_shards": Check("ranks' parameters", figure=False),
-                 "load_config": Check(figure=False), "flow_effect": Check("calls"), "flow_equals": Check(),
+                 "load_config": Check(figure=False), "flow_effect": Check("calls", one_device=True),
+                 "flow_equals": Check(one_device=True),
                  "flow_calls": Check("ranks", figure=False),
-                 "cache_decisions": Check("steps", figure=False), "cache_reuse": Check(figure=False),
+                 "cache_decisions": Check("steps", figure=False), "cache_reuse": Check(figure=False, one_device=True),
                  "repeat": Check("ranks")}
 
 # The layout families (each with a backend that runs it) the full plan compiles on a model or two besides every model
@@ -281,8 +285,8 @@ class Kind:
         measure of `flow_effect_limit`): here the output's largest absolute change."""
         import torch
 
-        output = torch.as_tensor(output)
-        return replace(reference, output=output), float((output.float() - reference.output.float()).abs().max())
+        output, before = torch.as_tensor(output), torch.as_tensor(reference.output)  # a picture is an array
+        return replace(reference, output=output), float((output.float() - before.float()).abs().max())
 
     def flow_effect_limit(self, policy) -> float | None:
         """The limit a flow's `effect` is held to (harness.run.verdict): one that must change the numbers goes

@@ -71,10 +71,13 @@ def build_pipe(model: str, dtype: str, device, reference=None, weights_dir=None)
     return pipelines.build_pipeline(model, cast_to, device, weights=reference.weights if reference else None)
 
 
-def run_pipe(pipe, model: str):
+def run_pipe(pipe, model: str, loop=None):
+    """The pipeline's call; through `loop` (harness.flows.pipeline_loop) for a flow that decides per step."""
     from harness.catalogue.pipelines import run_pipeline
 
-    return run_pipeline(pipe, model)
+    if loop is None:
+        return run_pipeline(pipe, model)
+    return loop.run(lambda steps, guidance: run_pipeline(pipe, model, steps=steps, guidance=guidance))
 
 
 class ImageKind(Kind):
@@ -158,7 +161,9 @@ class ImageKind(Kind):
         return path, written
 
     def build(self, case, reference, device, load) -> Built:
+        from harness.catalogue.zoo import get_spec
         from harness.core.dtypes import torch_dtype
+        from harness.flows import pipeline_loop
         from harness.rank import loading, noise
 
         dtype = torch_dtype(case.dtype)
@@ -169,10 +174,11 @@ class ImageKind(Kind):
         pipe.transformer.set_attention_backend(case.backend)
         weights = {key.removeprefix("transformer."): value for key, value in reference.weights.items()
                    if key.startswith("transformer.")} if case.weights_dir is None else None
-        draw = noise.ForwardDraw(pipe.transformer, weights)
+        draw, loop = noise.ForwardDraw(pipe.transformer, weights), \
+            pipeline_loop.of_flow(case.flow, get_spec(case.model), pipe)
         # The VAE may call SDPA itself: only the transformer's attention kernels prove the backend.
-        return Built(pipe.transformer, lambda: draw.run(lambda: run_pipe(pipe, case.model)),
-                     kernel_scope=pipe.transformer, twin=draw.twin, pipeline=pipe)
+        return Built(pipe.transformer, lambda: draw.run(lambda: run_pipe(pipe, case.model, loop)),
+                     kernel_scope=pipe.transformer, twin=draw.twin, pipeline=pipe, denoising=loop)
 
     def save_checkpoint(self, case, reference, target) -> None:
         """The whole tiny pipeline folder, the reference's weights in each component."""

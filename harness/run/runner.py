@@ -20,7 +20,7 @@ from harness.core.modes import EAGER, MODES
 from harness.core.records import GroupSpec, Localization, Outcome
 from harness.core.reference import reference_path
 from harness.core.results import RESULTS_FILE, CaseResult, Status, write_results
-from harness.kinds import kind_of
+from harness.kinds import kind_of, known_checks
 from harness.loads import LOADS
 from harness.report import matrix
 from harness.report.images import prune_images
@@ -136,6 +136,10 @@ class _Run:
         try:
             stats = _launch_all(todo, settings, report_dir, self.issues, refusals, done, echo, self.measure)
             localizing = time.monotonic()
+            for result in done.values():
+                if result.status is Status.FAIL and _of_one_device(result):
+                    result.first_divergence = ("not localized: what failed is measured on one device alone (" +
+                                               ", ".join(sorted({item["check"] for item in result.evidence})) + ")")
             _localize_all([case for case in todo
                            if _to_localize(done[case.case_id], settings.localize, localize_failures)],
                           settings, report_dir, done, echo, self.measure)
@@ -273,11 +277,21 @@ def _to_localize(result: CaseResult, every: bool, failures: bool = True) -> bool
     failed numerically too)."""
     if not kind_of(result.kind).localizes:
         return False
+    if result.status is Status.FAIL and _of_one_device(result):
+        return False
     if result.status is Status.FAIL:
         return failures or every
     numbers = result.status in (Status.PASS, Status.XPASS) or (
         result.status is Status.XFAIL and str(result.extra.get("observed", "")).startswith("FAIL"))
     return every and numbers
+
+
+def _of_one_device(result: CaseResult) -> bool:
+    """Every check the case failed is measured on one device alone (`Check.one_device`): the ranks' modules cannot
+    show where it went wrong."""
+    checks = known_checks()
+    return bool(result.evidence) and all(
+        item["check"] in checks and checks[item["check"]].one_device for item in result.evidence)
 
 
 def _localize_all(cases, settings: Settings, report_dir: Path, done: dict, echo,

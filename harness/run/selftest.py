@@ -147,6 +147,9 @@ CONTROLS = [
     # run ends and the per-step record names the first step the ranks disagree at
     Control("qwenimage", "tp2", "native", "fp32", "cache_decides_alone", "step 1 cond: the ranks decided differently",
             flow="cache_taylorseer"),
+    # The same through the pipeline's own loop (a picture, harness.flows.pipeline_loop): its record names the step
+    Control("qwenimage", "tp2", "native", "fp32", "cache_decides_alone", "cond: the ranks decided differently", "image",
+            flow="cache_taylorseer"),
     # A known issue excuses only its evidence: a second TP training bug in cells that are XFAIL for the first one
     # (the per-head norm weights) must come out FAIL, naming what the known issue does not.
     Control("flux", "tp2", "native", "fp32", "tp_colwise_input_grad", "x_embedder", "train", Status.XFAIL),

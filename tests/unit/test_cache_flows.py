@@ -148,6 +148,10 @@ RUN = [("flux", "tp2", "cache_fbc", None), ("flux", "tp2", "cache_fbc", "cache_n
        ("flux", "ulysses2", "cache_taylorseer", None), ("flux", "ulysses2", "cache_mag_after", None),
        ("qwenimage", "tp2", "cache_taylorseer", None), ("qwenimage", "tp2", "cache_taylorseer", "cache_decides_alone"),
        ("flux", "ulysses2", "cache_taylorseer", "cache_decides_alone")]
+# The pictures, through the pipelines' own loops (harness.flows.pipeline_loop): the same judge, the same controls
+PICTURES = [("flux", "tp2", "cache_fbc", None), ("flux", "tp2", "cache_fbc", "cache_never_reuses"),
+            ("qwenimage", "tp2", "cache_taylorseer", None),
+            ("qwenimage", "tp2", "cache_taylorseer", "cache_decides_alone")]
 
 
 @pytest.fixture(scope="module")
@@ -163,8 +167,8 @@ def cached(tmp_path_factory, zoo_references):
     empty.write_text("")
     settings = load_settings({"references": str(zoo_references), "report_dir": str(folder / "reports"),
                               "known_issues": str(empty)}, start=folder)
-    plan = [PlannedCase(Case(model, parse_layout(layout), "native", "fp32", flow=flow, fault=fault))
-            for model, layout, flow, fault in RUN]
+    plan = [PlannedCase(Case(model, parse_layout(layout), "native", "fp32", kind, flow=flow, fault=fault))
+            for kind, cases in (("tensor", RUN), ("image", PICTURES)) for model, layout, flow, fault in cases]
     summary = runner.run(settings, plan, echo=lambda line: None, localize_failures=False, purpose="selftest")
     return {result.case_id: result for result in summary.results}
 
@@ -201,3 +205,19 @@ def test_ranks_that_decide_differently_fail_naming_the_step_or_end_as_a_timeout_
     # flux ulysses2: one rank waits in an all-to-all the other never joins; the case, named with its flow, is TIMEOUT
     hung = cached["flux/ulysses2/native/fp32/tensor/cache_taylorseer+cache_decides_alone"]
     assert hung.status is Status.TIMEOUT and "stuck: rank 0" in hung.reason
+
+
+@pytest.mark.slow
+def test_a_picture_through_its_pipelines_loop_is_judged_by_the_same_record(cached):
+    """The pipeline's own loop (its `cond` and `uncond` calls): a cache that reuses passes with every rank alike; one
+    that never reuses, and ranks that decide apart, fail as the tensor kind's do."""
+    for case_id in ("flux/tp2/native/fp32/image/cache_fbc", "qwenimage/tp2/native/fp32/image/cache_taylorseer"):
+        result = cached[case_id]
+        assert result.status is Status.PASS, (case_id, result.reason)
+        work = _work(result)
+        assert all(len(set(step)) == 1 for step in work) and min(min(step) for step in work) < work[0][0]
+    broken = cached["flux/tp2/native/fp32/image/cache_fbc+cache_never_reuses"]
+    assert broken.status is Status.FAIL and "the cache reused nothing" in broken.reason
+    alone = cached["qwenimage/tp2/native/fp32/image/cache_taylorseer+cache_decides_alone"]
+    assert alone.status is Status.FAIL and "the ranks decided differently" in alone.reason
+    assert any(item["check"] == "cache_decisions" and item["subject"].endswith(" cond") for item in alone.evidence)

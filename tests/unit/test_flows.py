@@ -113,12 +113,14 @@ def test_the_quick_plan_has_a_flow_slice_of_flux_and_qwenimage():
 
 
 def test_the_image_and_train_kinds_take_the_flows_declared_for_them_only():
-    ids = set(_plan(["ulysses2"], ["none", "lora", "add_adapter", "fused_qkv", "cpu_offload"],
+    ids = set(_plan(["ulysses2"], ["none", "lora", "add_adapter", "fused_qkv", "cpu_offload", "cache_mag"],
                     kinds=("tensor", "image", "train")))
     assert {"flux/ulysses2/native/fp32/image/lora", "flux/ulysses2/native/fp32/train/add_adapter",
-            "flux/ulysses2/native/fp32/image/cpu_offload", "flux/ulysses2/native/fp32/tensor/fused_qkv"} <= ids
+            "flux/ulysses2/native/fp32/image/cpu_offload", "flux/ulysses2/native/fp32/tensor/fused_qkv",
+            "flux/ulysses2/native/fp32/image/cache_mag"} <= ids  # a picture's cache: through the pipeline's loop
     assert not {"flux/ulysses2/native/fp32/image/fused_qkv", "flux/ulysses2/native/fp32/train/lora",
-                "flux/ulysses2/native/fp32/image/add_adapter", "flux/ulysses2/native/fp32/tensor/cpu_offload"} & ids
+                "flux/ulysses2/native/fp32/image/add_adapter", "flux/ulysses2/native/fp32/tensor/cpu_offload",
+                "flux/ulysses2/native/fp32/train/cache_mag"} & ids
 
 
 def test_a_pipeline_offload_needs_an_accelerator_and_tensor_parallelism_refuses_it(monkeypatch):

@@ -205,3 +205,19 @@ def test_a_compiled_case_that_fails_where_eager_and_regional_compile_are_clean_b
     assert first_divergence(compiled, found).startswith("the divergence comes from compiling, not narrowed: every "
                                                         "module within its limit; under compile")
     assert first_divergence(_failed_case(1e-7), found).startswith("not localized")  # eager: not the compiler's
+
+
+def test_a_case_that_failed_only_what_one_device_measures_is_not_localized():
+    """What a flow's calls did and whether a cache reused are one device's alone: no module of the ranks' run can be
+    where they went wrong, so such a FAIL is not rerun to localize; one that also failed the numbers is."""
+    from harness.core.evidence import Evidence
+    from harness.run.runner import _to_localize
+
+    result = _failed_case(0.0)
+    assert _to_localize(result, every=False)
+    numbers = list(result.evidence)
+    result.evidence = [Evidence("flow_equals", "one device differs by 0.2").to_dict(),
+                       Evidence("cache_reuse", "the cache reused nothing").to_dict()]
+    assert not _to_localize(result, every=False)
+    result.evidence += numbers
+    assert _to_localize(result, every=False)

@@ -106,8 +106,11 @@ def transformer_of(pipe) -> torch.nn.Module:
 
 
 @torch.no_grad()
-def run_pipeline(pipe, name: str, seed: int = common.LATENT_SEED) -> np.ndarray:
-    """Run a few denoising steps and decode; float32 numpy in [0, 1], (H, W, C) or (F, H, W, C) for video.
+def run_pipeline(pipe, name: str, seed: int = common.LATENT_SEED, steps: int = common.STEPS,
+                 guidance: float | None = None) -> np.ndarray:
+    """Run `steps` denoising steps and decode; float32 numpy in [0, 1], (H, W, C) or (F, H, W, C) for video.
+    `guidance`: a guidance scale above 1 with a negative prompt (the recipe's `negative`), so that the pipeline runs
+    both branches of classifier-free guidance each step; None: the pipeline's plain call.
 
     The latents come from a CPU generator seeded with `seed`, which diffusers moves to the pipeline's device, so
     the noise is the same on every rank and on CPU and GPU alike.
@@ -115,11 +118,15 @@ def run_pipeline(pipe, name: str, seed: int = common.LATENT_SEED) -> np.ndarray:
     spec = recipe(name)
     transformer = transformer_of(pipe)
     kwargs = spec.call_kwargs(transformer.config, transformer.dtype, transformer.device)
+    if guidance is not None:
+        if spec.negative is None:
+            raise HarnessError(f"the {name} pipeline is guidance-distilled: it runs no negative branch to guide with")
+        kwargs.update(spec.negative(kwargs, guidance))
     output = pipe(
         **kwargs,
         height=common.HEIGHT,
         width=common.WIDTH,
-        num_inference_steps=common.STEPS,
+        num_inference_steps=steps,
         generator=torch.Generator().manual_seed(seed),
         output_type="np",
     )

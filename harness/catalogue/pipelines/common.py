@@ -43,7 +43,9 @@ class Recipe:
 
     `call_kwargs(transformer_config, dtype, device)` returns everything but the generator and output type; `output`
     names the field
-    of the pipeline's output that holds the pictures ("images" or "frames"); `config` is what `config_hash` covers.
+    of the pipeline's output that holds the pictures ("images" or "frames"); `config` is what `config_hash` covers;
+    `negative(call_kwargs, scale)` what classifier-free guidance by `scale` adds to the call, as a user's negative
+    prompt and a guidance scale above 1 do (None: a guidance-distilled pipeline, one branch a step).
     """
 
     name: str
@@ -51,6 +53,7 @@ class Recipe:
     call_kwargs: Callable[[Any, torch.dtype, torch.device], dict]
     output: str = "images"
     config: dict = field(default_factory=dict)
+    negative: Callable[[dict, float], dict] | None = None
 
     def config_hash(self) -> str:
         """Identifies everything that shapes the picture, so a stored reference image is known stale when it changes."""

@@ -50,5 +50,13 @@ def call_kwargs(config, dtype: torch.dtype, device: torch.device) -> dict:
     return {"prompt_embeds": prompt, "pooled_prompt_embeds": pooled}
 
 
+def negative(kwargs: dict, scale: float) -> dict:
+    """True CFG, as `FluxPipeline` runs it with `true_cfg_scale` above 1 and a negative prompt: the prompt's embeddings
+    negated stand for the negative prompt's."""
+    return {"negative_prompt_embeds": -kwargs["prompt_embeds"],
+            "negative_pooled_prompt_embeds": -kwargs["pooled_prompt_embeds"], "true_cfg_scale": scale}
+
+
 RECIPE = common.Recipe("flux", build, call_kwargs,
-                       config={"transformer": TRANSFORMER, "vae": VAE, "contrast": CONTRAST, "embed_gain": EMBED_GAIN})
+                       config={"transformer": TRANSFORMER, "vae": VAE, "contrast": CONTRAST, "embed_gain": EMBED_GAIN},
+                       negative=negative)

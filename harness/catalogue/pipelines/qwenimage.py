@@ -37,5 +37,13 @@ def call_kwargs(config, dtype: torch.dtype, device: torch.device) -> dict:
     return {"prompt_embeds": prompt, "prompt_embeds_mask": mask, "true_cfg_scale": 1.0}
 
 
+def negative(kwargs: dict, scale: float) -> dict:
+    """True CFG, as `QwenImagePipeline` runs it with `true_cfg_scale` above 1 and a negative prompt: the prompt's
+    embeddings negated stand for the negative prompt's."""
+    return {"negative_prompt_embeds": -kwargs["prompt_embeds"],
+            "negative_prompt_embeds_mask": kwargs["prompt_embeds_mask"], "true_cfg_scale": scale}
+
+
 RECIPE = common.Recipe("qwenimage", build, call_kwargs,
-                       config={"transformer": TRANSFORMER, "vae": VAE, "contrast": CONTRAST, "embed_gain": EMBED_GAIN})
+                       config={"transformer": TRANSFORMER, "vae": VAE, "contrast": CONTRAST, "embed_gain": EMBED_GAIN},
+                       negative=negative)

@@ -37,5 +37,12 @@ def call_kwargs(config, dtype: torch.dtype, device: torch.device) -> dict:
     return {"prompt_embeds": prompt, "guidance_scale": 1.0, "num_frames": FRAMES}
 
 
+def negative(kwargs: dict, scale: float) -> dict:
+    """Classifier-free guidance, as `WanPipeline` runs it with `guidance_scale` above 1: the prompt's embeddings
+    negated stand for the negative prompt's."""
+    return {"negative_prompt_embeds": -kwargs["prompt_embeds"], "guidance_scale": scale}
+
+
 RECIPE = common.Recipe("wan", build, call_kwargs, output="frames",
-                       config={"transformer": TRANSFORMER, "vae": VAE, "contrast": CONTRAST, "embed_gain": EMBED_GAIN})
+                       config={"transformer": TRANSFORMER, "vae": VAE, "contrast": CONTRAST, "embed_gain": EMBED_GAIN},
+                       negative=negative)
