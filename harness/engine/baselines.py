@@ -135,8 +135,9 @@ class Baselines:
         finally:
             backends.reset_active_backend()
 
-    def _build(self, case: Case, backend: str, flow: str | None = None):
-        return kind_of(case.kind).build(replace(case, backend=backend, fault=None, load=ENABLE, flow=flow or case.flow),
+    def _build(self, case: Case, backend: str):
+        """The case's one-device build: its flow's inputs and loop, none of its calls (the caller makes them)."""
+        return kind_of(case.kind).build(replace(case, backend=backend, fault=None, load=ENABLE),
                                         self.context.reference(case), self.context.device, loading.enabled())
 
     def _flow(self, case: Case, built, draw: str | None) -> FlowRecord | None:
@@ -157,7 +158,7 @@ class Baselines:
         try:
             if equals.per_context:
                 return self._per_context(case, backend)
-            built = self._build(case, backend, flows.NONE)
+            built = self._build(case, backend)
             if equals.code is not None:
                 equals.code(built.module, self.context.one_device_setting(replace(case, backend=backend), built))
             return kind_of(case.kind).detach(built.run())

@@ -98,7 +98,10 @@ class Flow:
     layouts: str = "any"  # the layouts it exists on: "cp", "tp" or "any" parallel layout (one device runs it too)
     positions: tuple[str, ...] = (BEFORE, AFTER)
     needs: tuple[str, ...] = ()  # importable packages (a plan-time SKIP without them)
-    needs_api: tuple[str, ...] = ()  # methods the model class must have on the installed release (else SKIP)
+    needs_api: tuple[str, ...] = ()  # methods the model class must have on the installed release (else N/A)
+    # methods the pipeline the model runs in must have (the zoo's pipeline of the model: a loader users call on the
+    # pipeline, such as load_ip_adapter); else N/A
+    pipeline_api: tuple[str, ...] = ()
     refused: tuple[Refused, ...] = ()
     kinds: tuple[str, ...] = ("tensor",)  # the case kinds it runs on (harness.kinds: each kind's `flow_slice`)
     needs_accelerator: bool = False  # it moves weights between the CPU and an accelerator: SKIP on a CPU-only machine
@@ -109,6 +112,9 @@ class Flow:
     # the quick plan compiles it too, before enable_parallelism (a proof path of its own under torch.compile: a LoRA's
     # layers, a cast's graph breaks, a cache's steps that run outside the graphs)
     quick_compiled: bool = False
+    # what a user passes with every call of the model once the flow's calls are made (an IP-Adapter's image
+    # embeddings): inputs(module, device, dtype) -> keyword arguments of the forward, drawn anew for each call
+    inputs: Callable | None = None
     # it sets the attention backend itself (the distributed-inference guide's order): the case's build leaves the
     # model's default, as a user's loaded model has it
     sets_backend: bool = False
@@ -195,6 +201,12 @@ def sets_backend(name: str) -> bool:
     """Whether the flow value `name` sets the attention backend itself: the case's build leaves the default."""
     found = value_of(name).flow
     return found is not None and found.sets_backend
+
+
+def inputs_of(name: str) -> Callable | None:
+    """What the flow value `name` passes with each call of the model (`Flow.inputs`), or None."""
+    found = value_of(name).flow
+    return None if found is None else found.inputs
 
 
 def value_of(name: str) -> FlowValue:

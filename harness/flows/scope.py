@@ -34,6 +34,23 @@ def unavailable(case, model_class) -> str | None:
     if lacking:
         return NotApplicable(f"this diffusers' {model_class.__name__} has no {', '.join(lacking)} (the "
                              f"{value.flow.name} flow)")
+    return _pipeline_lacks(case.model, value.flow)
+
+
+def _pipeline_lacks(model: str, flow) -> NotApplicable | None:
+    """N/A where the flow calls a pipeline's own loader and the model's pipeline has none (or the zoo gives the model
+    no pipeline): users reach the call through the pipeline only."""
+    if not flow.pipeline_api:
+        return None
+    from harness.catalogue.pipelines import pipeline_class
+
+    found = pipeline_class(model)
+    if found is None:
+        return NotApplicable(f"the {flow.name} flow calls a pipeline's {', '.join(flow.pipeline_api)}, and {model} "
+                             f"has no pipeline in the zoo")
+    lacking = [name for name in flow.pipeline_api if not hasattr(found, name)]
+    if lacking:
+        return NotApplicable(f"this diffusers' {found.__name__} has no {', '.join(lacking)} (the {flow.name} flow)")
     return None
 
 

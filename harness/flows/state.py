@@ -26,7 +26,9 @@ def _module_state(module) -> dict:
     registry = getattr(module, "_diffusers_hook", None)
     state = {
         "class": type(module).__name__,
-        "processor": None if processor is None else (id(processor), type(processor).__name__,
+        # the processor itself, not its id(): held here, it cannot be freed and its address reused by the next one
+        # (a processor replaced twice would read as the same one)
+        "processor": None if processor is None else (processor, type(processor).__name__,
                                                      getattr(processor, "_attention_backend", None) is not None),
         "hooks": tuple(sorted(registry.hooks)) if registry is not None else (),
         "accelerate": "_hf_hook" in vars(module),
@@ -86,7 +88,7 @@ def _module_changes(old: dict, new: dict) -> list[str]:
 def _processor_change(old, new) -> str:
     if old is None or new is None:
         return "processor " + ("added" if old is None else "removed")
-    if old[0] != new[0]:
+    if old[0] is not new[0]:
         return f"processor replaced ({old[1]} by {new[1]})"
     return "attention backend " + ("set" if new[2] else "cleared")
 

@@ -58,8 +58,11 @@ def run_model(model, inputs: dict):
         return model(**inputs, return_dict=False)[0]
 
 
-def _forward(model, inputs: dict, loop):
-    """One forward, or the denoising loop of a flow that decides per step (a cache: harness.flows.denoising)."""
+def _forward(model, inputs: dict, loop, flow_inputs=None):
+    """One forward, or the denoising loop of a flow that decides per step (a cache: harness.flows.denoising); with
+    what the case's flow passes with each call besides (`flow_inputs(model)`: an IP-Adapter's image)."""
+    if flow_inputs is not None:
+        inputs = {**inputs, **flow_inputs(model)}
     return run_model(model, inputs) if loop is None else loop.run(model, inputs, run_model)
 
 
@@ -169,7 +172,9 @@ class TensorKind(Kind):
             model.set_attention_backend(case.backend)
         buffers = (lambda: torch_cp.buffers_of(inputs, spec.torch_cp_buffers)) if spec.torch_cp_buffers else None
         draw, loop = noise.ForwardDraw(model, reference.weights), denoising.of_flow(case.flow, spec)
-        return Built(model, lambda: draw.run(lambda: _forward(model, inputs, loop)),
+        passed = flows_.inputs_of(case.flow)
+        flow_inputs = None if passed is None else (lambda module: passed(module, device, dtype))
+        return Built(model, lambda: draw.run(lambda: _forward(model, inputs, loop, flow_inputs)),
                      cp_plan=spec.context_parallel_plan(model.config), twin=draw.twin,
                      torch_cp_buffers=buffers, torch_cp_output_dim=spec.torch_cp_output_dim, denoising=loop)
 

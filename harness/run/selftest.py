@@ -353,7 +353,8 @@ def selftest(settings: Settings, echo: Callable[[str], None] = print, flow_value
     """The controls of the table (unless not `table`) and every flow's generated control (or those of
     `flow_values`, harness.run.flow_controls); 0 only if each is caught."""
     issues = load_known_issues(settings.path("known_issues"))
-    generated = flow_controls.generate(flow_values, lambda case_id: any(issue.applies(case_id) for issue in issues))
+    generated = flow_controls.generate(flow_values, lambda case_id: max(
+        (2 if issue.status == "ERROR" else 1 for issue in issues if issue.applies(case_id)), default=0))
     controls = CONTROLS if table else []
     summary = runner.run(settings, control_plan(settings.cpu_max_ranks, controls, generated), localize_failures=False,
                          purpose="selftest",

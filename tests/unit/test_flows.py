@@ -3,6 +3,8 @@ ids, plan and refusals without processes; one torchrun run of 2 ranks for what o
 told apart (same numbers, diffusers' refusal, a crash, a silent wrong result) and the two flow controls failing where
 their clean twins pass."""
 
+from dataclasses import replace
+
 import pytest
 
 from harness import flows
@@ -96,6 +98,13 @@ def test_a_flow_whose_package_or_api_is_missing_is_a_skip_with_the_reason(monkey
 
     case = Case("flux", parse_layout("ulysses2"), "native", "fp32", flow="fused_qkv")
     assert scope.unavailable(case, Bare) == "this diffusers' Bare has no fuse_qkv_projections (the fused_qkv flow)"
+    # a loader users call on the pipeline: Flux2's transformer has the IP-Adapter loader, its pipeline does not
+    from harness.catalogue.zoo import get_spec
+
+    flux2 = Case("flux2", parse_layout("ulysses2"), "native", "fp32", flow="ip_adapter")
+    assert scope.unavailable(flux2, get_spec("flux2").model_class()) == \
+        "this diffusers' Flux2Pipeline has no load_ip_adapter (the ip_adapter flow)"
+    assert scope.unavailable(replace(flux2, model="flux"), get_spec("flux").model_class()) is None
 
 
 def test_the_quick_plan_has_a_flow_slice_of_flux_and_qwenimage():
@@ -256,6 +265,15 @@ def test_what_calls_change_of_a_model_is_told_by_module_and_compared_by_line():
     assert state.changes(before, state.snapshot(model)) == [
         "0: processor replaced (object by object)", "0.to_q: parameter weight frozen",
         "0.to_q: parameter bias cast from float32 to bfloat16", "0.to_k: added (Linear)"]
+    # replaced twice, the first freed at once: the third may be allocated where the first was, and is still another
+    class Processor:
+        pass
+
+    model[0].processor = Processor()
+    before = state.snapshot(model)
+    model[0].processor = Processor()
+    model[0].processor = Processor()
+    assert state.changes(before, state.snapshot(model)) == ["0: processor replaced (Processor by Processor)"]
     assert state.compared(["x"], ["x"]) is None
     assert state.compared([], ["x", "y"]) == "2 of one device's 2 changes missing, first: x"
 
@@ -266,7 +284,8 @@ RUN = [("ulysses2", "lora_scaled", None), ("ulysses2", "lora_scaled", "lora_scal
        ("ulysses2", "fused_qkv", None), ("ulysses2", "fused_qkv", "fused_qkv_one_rank"),
        ("ulysses2", "processor", None), ("ulysses2", "processor_after", None), ("tp2", "lora_after", None),
        ("tp2", "add_adapter_after", None), ("ulysses2", "lora_unload", None), ("tp2", "lora_unload", None),
-       ("ulysses2", "lora_hotswap_after", None)]
+       ("ulysses2", "lora_hotswap_after", None), ("ulysses2", "ip_adapter_scaled", None),
+       ("ulysses2", "ip_adapter_unload_after", None), ("tp2", "ip_adapter", None)]
 # The image kind's LoRA and the train kind's adapter, each beside its control: the adapter doubled on rank 1
 KINDS_RUN = [("image", "lora", None), ("image", "lora", "adapter_other_ranks"), ("train", "add_adapter", None),
              ("train", "add_adapter", "adapter_other_ranks")]
@@ -370,6 +389,19 @@ def test_an_unloaded_lora_gives_the_plain_model_back_and_a_hot_swap_matches_one_
     swap = _called(flowed["flux/ulysses2/native/fp32/tensor/lora_hotswap_after"])
     assert swap[2][0].startswith("3. model.load_lora_adapter(<another seeded LoRA") and _moved(swap[2]) > 1e-2
     assert swap[4][0] == "against the second LoRA loaded directly" and swap[4][3] == "yes"
+
+
+@pytest.mark.slow
+def test_an_ip_adapter_passes_loaded_before_context_parallelism_and_is_lost_or_crashes_otherwise(flowed):
+    scaled = flowed["flux/ulysses2/native/fp32/tensor/ip_adapter_scaled"]
+    assert scaled.status is Status.PASS, scaled.reason
+    rows = _called(scaled)  # the adapter moved one device's output, its scale did, and halving its values does the same
+    assert [_moved(row) > 1e-2 for row in rows[:2]] == [True, True]
+    assert rows[3][0] == "against the IP-Adapter loaded with its value projections times 0.5" and rows[3][3] == "yes"
+    lost = flowed["flux/ulysses2/native/fp32/tensor/ip_adapter_unload_after"]  # fresh processors after CP: none has it
+    assert lost.status is Status.FAIL and "0 all_to_all" in lost.reason and "> tolerance" in lost.reason
+    crashed = flowed["flux/tp2/native/fp32/tensor/ip_adapter"]  # the IP processor splits all heads on a rank's share
+    assert crashed.status is Status.ERROR and "Given normalized_shape" in crashed.reason
 
 
 TOY = '''

@@ -40,6 +40,17 @@ def recipe(name: str) -> common.Recipe:
         raise HarnessError(f"no tiny pipeline for model {name!r}; models with one: {', '.join(MODELS)}") from None
 
 
+def pipeline_class(name: str) -> type | None:
+    """The diffusers pipeline class the zoo's model `name` runs in (None: no tiny pipeline for it), without building
+    one: where a flow's call is a pipeline's own loader (harness.flows.scope)."""
+    if name not in RECIPES:
+        return None
+    _require_transformers()
+    import diffusers
+
+    return getattr(diffusers, RECIPES[name].pipeline)
+
+
 def build_pipeline(name: str, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
                    weights: dict[str, torch.Tensor] | None = None):
     """The model's pipeline, built in fp32 (seeded weights, or `weights` from a reference as returned by

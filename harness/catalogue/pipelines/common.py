@@ -49,6 +49,7 @@ class Recipe:
     """
 
     name: str
+    pipeline: str  # the diffusers pipeline class it builds: what a user calls the pipeline's own loaders on
     build: Callable[[], Any]
     call_kwargs: Callable[[Any, torch.dtype, torch.device], dict]
     output: str = "images"

@@ -57,6 +57,6 @@ def negative(kwargs: dict, scale: float) -> dict:
             "negative_pooled_prompt_embeds": -kwargs["pooled_prompt_embeds"], "true_cfg_scale": scale}
 
 
-RECIPE = common.Recipe("flux", build, call_kwargs,
+RECIPE = common.Recipe("flux", "FluxPipeline", build, call_kwargs,
                        config={"transformer": TRANSFORMER, "vae": VAE, "contrast": CONTRAST, "embed_gain": EMBED_GAIN},
                        negative=negative)

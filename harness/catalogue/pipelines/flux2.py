@@ -37,5 +37,5 @@ def call_kwargs(config, dtype: torch.dtype, device: torch.device) -> dict:
     return {"prompt_embeds": prompt, "guidance_scale": 4.0}
 
 
-RECIPE = common.Recipe("flux2", build, call_kwargs,
+RECIPE = common.Recipe("flux2", "Flux2Pipeline", build, call_kwargs,
                        config={"transformer": TRANSFORMER, "vae": VAE, "contrast": CONTRAST, "embed_gain": EMBED_GAIN})

@@ -44,6 +44,6 @@ def negative(kwargs: dict, scale: float) -> dict:
             "negative_prompt_embeds_mask": kwargs["prompt_embeds_mask"], "true_cfg_scale": scale}
 
 
-RECIPE = common.Recipe("qwenimage", build, call_kwargs,
+RECIPE = common.Recipe("qwenimage", "QwenImagePipeline", build, call_kwargs,
                        config={"transformer": TRANSFORMER, "vae": VAE, "contrast": CONTRAST, "embed_gain": EMBED_GAIN},
                        negative=negative)

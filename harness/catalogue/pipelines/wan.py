@@ -43,6 +43,6 @@ def negative(kwargs: dict, scale: float) -> dict:
     return {"negative_prompt_embeds": -kwargs["prompt_embeds"], "guidance_scale": scale}
 
 
-RECIPE = common.Recipe("wan", build, call_kwargs, output="frames",
+RECIPE = common.Recipe("wan", "WanPipeline", build, call_kwargs, output="frames",
                        config={"transformer": TRANSFORMER, "vae": VAE, "contrast": CONTRAST, "embed_gain": EMBED_GAIN},
                        negative=negative)

@@ -148,6 +148,7 @@ def reference_path():
 
 
 FLOW = None  # a case with a flow: its part of the script, below, defines the flow's calls here
+FLOW_INPUTS = None  # ...and what it passes with each call of the model, if anything: (model, device, dtype) -> kwargs
 
 
 def flow_calls(model, position, device, dtype, backend, config=None, cp_plan=None):

@@ -6,6 +6,7 @@ the same dtype and backend."""
 from harness.versions.repro_scripts.common import (
     CASE,
     DTYPES,
+    FLOW_INPUTS,
     Reference,
     describe,
     finish,
@@ -25,6 +26,8 @@ from harness.versions.repro_scripts.common import (
 def forward(reference, dtype, device, parallel, backend=None):
     model = loaded_model(reference, dtype, device, parallel, backend).eval()
     inputs = older_release_inputs(model, {key: moved(value, device, dtype) for key, value in reference.inputs.items()})
+    if FLOW_INPUTS is not None:  # what the flow passes with each call (an IP-Adapter's image)
+        inputs.update(FLOW_INPUTS(model, device, dtype))
     with torch.no_grad():
         output = model(**inputs, return_dict=False)[0]
     if hasattr(output, "full_tensor"):  # diffusers returns plain tensors; the harness calls a DTensor a FAIL
