@@ -1,10 +1,10 @@
 """Flows on an IP-Adapter, as diffusers' IP-Adapter guide drives one on Flux: `pipe.load_ip_adapter` with the
-adapter's weights, `pipe.set_ip_adapter_scale`, `pipe.unload_ip_adapter`, and every call of the model then given the
-image's embeddings (`ip_adapter_image_embeds`, which the pipeline hands the transformer in its
-`joint_attention_kwargs`). The adapter is tiny and seeded, drawn from the model's own sizes as the zoo draws its
-models: an image projection and a key and value projection for each dual-stream block's IP attention; the image
-encoder is not built (seeded embeddings stand for its output, as `ip_adapter_image_embeds` lets a user pass them).
-Every rank and the one-device run draw the same numbers.
+adapter's weights, `pipe.set_ip_adapter_scale`, `pipe.unload_ip_adapter`, and every call then given the image's
+embeddings: the pipeline's own (`ip_adapter_image_embeds=`, a picture), or the transformer's forward as the pipeline
+calls it (in `joint_attention_kwargs`). The adapter is tiny and seeded, drawn from the model's own sizes as the zoo
+draws its models: an image projection and a key and value projection for each dual-stream block's IP attention; the
+image encoder is not built (seeded embeddings stand for its output, as `ip_adapter_image_embeds` lets a user pass
+them). Every rank and the one-device run draw the same numbers.
 
 Loading installs IP attention processors in place of every processor the model has (`set_attn_processor`) and
 unloading installs fresh ones again: after `enable_parallelism` that is what `processor_after` does.
@@ -43,16 +43,36 @@ def adapter_state_dict(module, seed: int = SEED, value_scale: float = 1.0) -> di
     return {"image_proj": projection, "ip_adapter": attention}
 
 
-def image_embeds(module, device, dtype) -> dict:
-    """What the pipeline passes the transformer with each call once an IP-Adapter is loaded: a seeded image embedding
-    (one image) in `joint_attention_kwargs`; nothing where the model has no image projection (none loaded, or
-    unloaded), as a user passes no image then. A fresh dict each call: the transformer pops the embeddings from it."""
+def _embedding(device, dtype):
+    """The image's embedding, as an image encoder would give it for one image: seeded, the same everywhere."""
     import torch
 
+    embeds = torch.randn(1, 1, EMBED_DIM, generator=torch.Generator().manual_seed(SEED + 1)) * STD
+    return embeds.to(device, dtype)
+
+
+def forward_embeds(module, device, dtype) -> dict:
+    """What the pipeline hands the transformer with each call once an IP-Adapter is loaded (tensor): the image's
+    embedding in `joint_attention_kwargs`; nothing where the model has no image projection (none loaded, or
+    unloaded), as a user passes no image then. A fresh dict each call: the transformer pops the embeddings from it."""
     if getattr(module, "encoder_hid_proj", None) is None:
         return {}
-    embeds = torch.randn(1, 1, EMBED_DIM, generator=torch.Generator().manual_seed(SEED + 1)) * STD
-    return {"joint_attention_kwargs": {"ip_adapter_image_embeds": [embeds.to(device, dtype)]}}
+    return {"joint_attention_kwargs": {"ip_adapter_image_embeds": [_embedding(device, dtype)]}}
+
+
+def pipeline_embeds(module, device, dtype) -> dict:
+    """What a user passes the pipeline's call once an IP-Adapter is loaded (image): the image's embedding, and a
+    negative one (zeros) beside it, without which FluxPipeline encodes a black negative image with the image encoder
+    that an adapter loaded from its weights does not have, guided or not (docs/findings.md)."""
+    if getattr(module, "encoder_hid_proj", None) is None:
+        return {}
+    embeds = _embedding(device, dtype)
+    return {"ip_adapter_image_embeds": [embeds], "negative_ip_adapter_image_embeds": [embeds * 0]}
+
+
+INPUTS = {"tensor": forward_embeds, "image": pipeline_embeds}
+# a picture: on the case's own pipeline, its own call given the embeddings
+PER_KIND = {"inputs": INPUTS, "kinds": tuple(INPUTS)}
 
 
 def _pipeline(module, setting):
@@ -78,12 +98,12 @@ def _load(module, setting, value_scale: float = 1.0, pipe=None) -> None:
         weights, weight_name=None, image_encoder_pretrained_model_name_or_path=None)
 
 
-@flow(LOAD, **ADAPTER, inputs=image_embeds)
+@flow(LOAD, **ADAPTER, **PER_KIND)
 def ip_adapter(module, setting):
     _load(module, setting)
 
 
-@flow(LOAD, Call(f"pipe.set_ip_adapter_scale({SCALE})", CHANGES), **ADAPTER, inputs=image_embeds,
+@flow(LOAD, Call(f"pipe.set_ip_adapter_scale({SCALE})", CHANGES), **ADAPTER, inputs=INPUTS,
       equals=Equivalent(f"the IP-Adapter loaded with its value projections times {SCALE}",
                         lambda module, setting: _load(module, setting, value_scale=SCALE)))
 def ip_adapter_scaled(module, setting):
@@ -95,7 +115,7 @@ def ip_adapter_scaled(module, setting):
 
 
 @flow(LOAD, Call("pipe.unload_ip_adapter(): the plain model back, called with no image", CHANGES), **ADAPTER,
-      inputs=image_embeds, equals=Equivalent("the plain model"))
+      inputs=INPUTS, equals=Equivalent("the plain model"))
 def ip_adapter_unload(module, setting):
     pipe = _pipeline(module, setting)
     _load(module, setting, pipe=pipe)

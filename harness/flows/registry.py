@@ -10,8 +10,8 @@ diffusers inside its body.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from harness.core.errors import HarnessError
 from harness.core.registry import Registry
@@ -112,9 +112,10 @@ class Flow:
     # the quick plan compiles it too, before enable_parallelism (a proof path of its own under torch.compile: a LoRA's
     # layers, a cast's graph breaks, a cache's steps that run outside the graphs)
     quick_compiled: bool = False
-    # what a user passes with every call of the model once the flow's calls are made (an IP-Adapter's image
-    # embeddings): inputs(module, device, dtype) -> keyword arguments of the forward, drawn anew for each call
-    inputs: Callable | None = None
+    # what a user passes with every call once the flow's calls are made (an IP-Adapter's image embeddings), per kind:
+    # the transformer's forward (tensor) or the pipeline's call (image); each inputs[kind](model, device, dtype) ->
+    # keyword arguments, drawn anew for each call
+    inputs: Mapping[str, Callable] = field(default_factory=dict)
     # it sets the attention backend itself (the distributed-inference guide's order): the case's build leaves the
     # model's default, as a user's loaded model has it
     sets_backend: bool = False
@@ -203,10 +204,10 @@ def sets_backend(name: str) -> bool:
     return found is not None and found.sets_backend
 
 
-def inputs_of(name: str) -> Callable | None:
-    """What the flow value `name` passes with each call of the model (`Flow.inputs`), or None."""
+def inputs_of(name: str, kind: str) -> Callable | None:
+    """What the flow value `name` passes with each call of a case of `kind` (`Flow.inputs`), or None."""
     found = value_of(name).flow
-    return None if found is None else found.inputs
+    return None if found is None else found.inputs.get(kind)
 
 
 def value_of(name: str) -> FlowValue:

@@ -71,13 +71,15 @@ def build_pipe(model: str, dtype: str, device, reference=None, weights_dir=None)
     return pipelines.build_pipeline(model, cast_to, device, weights=reference.weights if reference else None)
 
 
-def run_pipe(pipe, model: str, loop=None):
-    """The pipeline's call; through `loop` (harness.flows.pipeline_loop) for a flow that decides per step."""
+def run_pipe(pipe, model: str, loop=None, flow_inputs=None):
+    """The pipeline's call; through `loop` (harness.flows.pipeline_loop) for a flow that decides per step; with what
+    the case's flow passes with each call besides (`flow_inputs()`: an IP-Adapter's image)."""
     from harness.catalogue.pipelines import run_pipeline
 
+    more = None if flow_inputs is None else flow_inputs()
     if loop is None:
-        return run_pipeline(pipe, model)
-    return loop.run(lambda steps, guidance: run_pipeline(pipe, model, steps=steps, guidance=guidance))
+        return run_pipeline(pipe, model, more=more)
+    return loop.run(lambda steps, guidance: run_pipeline(pipe, model, steps=steps, guidance=guidance, more=more))
 
 
 class ImageKind(Kind):
@@ -161,6 +163,7 @@ class ImageKind(Kind):
         return path, written
 
     def build(self, case, reference, device, load) -> Built:
+        from harness import flows
         from harness.catalogue.zoo import get_spec
         from harness.core.dtypes import torch_dtype
         from harness.flows import pipeline_loop
@@ -176,8 +179,10 @@ class ImageKind(Kind):
                    if key.startswith("transformer.")} if case.weights_dir is None else None
         draw, loop = noise.ForwardDraw(pipe.transformer, weights), \
             pipeline_loop.of_flow(case.flow, get_spec(case.model), pipe)
+        passed = flows.inputs_of(case.flow, self.name)
+        flow_inputs = None if passed is None else (lambda: passed(pipe.transformer, device, dtype))
         # The VAE may call SDPA itself: only the transformer's attention kernels prove the backend.
-        return Built(pipe.transformer, lambda: draw.run(lambda: run_pipe(pipe, case.model, loop)),
+        return Built(pipe.transformer, lambda: draw.run(lambda: run_pipe(pipe, case.model, loop, flow_inputs)),
                      kernel_scope=pipe.transformer, twin=draw.twin, pipeline=pipe, denoising=loop)
 
     def save_checkpoint(self, case, reference, target) -> None:

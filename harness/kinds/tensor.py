@@ -172,7 +172,7 @@ class TensorKind(Kind):
             model.set_attention_backend(case.backend)
         buffers = (lambda: torch_cp.buffers_of(inputs, spec.torch_cp_buffers)) if spec.torch_cp_buffers else None
         draw, loop = noise.ForwardDraw(model, reference.weights), denoising.of_flow(case.flow, spec)
-        passed = flows_.inputs_of(case.flow)
+        passed = flows_.inputs_of(case.flow, self.name)
         flow_inputs = None if passed is None else (lambda module: passed(module, device, dtype))
         return Built(model, lambda: draw.run(lambda: _forward(model, inputs, loop, flow_inputs)),
                      cp_plan=spec.context_parallel_plan(model.config), twin=draw.twin,

@@ -57,11 +57,12 @@ def flow_part(case) -> str:
             f"{inspect.getsource(flows.Setting)}\n\n{_HEAD.sub('', family, count=1)}\n\n"
             f"def FLOW(module, *setting):  # the common part's flow_calls calls it: every call, in order\n"
             f"    for _ in {value.flow.name}(module, Setting(*setting)) or ():  # a flow of several calls yields\n"
-            f"        pass\n{_inputs_part(value.flow)}")
+            f"        pass\n{_inputs_part(value.flow, case.kind)}")
 
 
-def _inputs_part(found) -> str:
-    """`FLOW_INPUTS`, what the flow passes with each call of the model (`Flow.inputs`), where it passes any."""
-    if found.inputs is None:
+def _inputs_part(found, kind: str) -> str:
+    """`FLOW_INPUTS`, what the flow passes with each call of the case's kind (`Flow.inputs`), where it passes any."""
+    passed = found.inputs.get(kind)
+    if passed is None:
         return ""
-    return f"\n\nFLOW_INPUTS = {found.inputs.__name__}  # the forward's keyword arguments besides, drawn each call\n"
+    return f"\n\nFLOW_INPUTS = {passed.__name__}  # the forward's keyword arguments besides, drawn each call\n"

@@ -288,7 +288,8 @@ RUN = [("ulysses2", "lora_scaled", None), ("ulysses2", "lora_scaled", "lora_scal
        ("ulysses2", "ip_adapter_unload_after", None), ("tp2", "ip_adapter", None)]
 # The image kind's LoRA and the train kind's adapter, each beside its control: the adapter doubled on rank 1
 KINDS_RUN = [("image", "lora", None), ("image", "lora", "adapter_other_ranks"), ("train", "add_adapter", None),
-             ("train", "add_adapter", "adapter_other_ranks")]
+             ("train", "add_adapter", "adapter_other_ranks"), ("image", "ip_adapter", None),
+             ("image", "ip_adapter_after", None)]
 
 
 @pytest.fixture(scope="module")
@@ -402,6 +403,12 @@ def test_an_ip_adapter_passes_loaded_before_context_parallelism_and_is_lost_or_c
     assert lost.status is Status.FAIL and "0 all_to_all" in lost.reason and "> tolerance" in lost.reason
     crashed = flowed["flux/tp2/native/fp32/tensor/ip_adapter"]  # the IP processor splits all heads on a rank's share
     assert crashed.status is Status.ERROR and "Given normalized_shape" in crashed.reason
+    # the picture through FluxPipeline's own call, given the image's embeddings: one device's with the adapter, and
+    # without context parallelism's exchanges where it was loaded after it
+    picture = flowed["flux/ulysses2/native/fp32/image/ip_adapter"]
+    assert picture.status is Status.PASS and _moved(_called(picture)[0]) > 1e-2, picture.reason
+    lost_picture = flowed["flux/ulysses2/native/fp32/image/ip_adapter_after"]
+    assert lost_picture.status is Status.FAIL and "0 all_to_all" in lost_picture.reason
 
 
 TOY = '''

@@ -118,10 +118,11 @@ def transformer_of(pipe) -> torch.nn.Module:
 
 @torch.no_grad()
 def run_pipeline(pipe, name: str, seed: int = common.LATENT_SEED, steps: int = common.STEPS,
-                 guidance: float | None = None) -> np.ndarray:
+                 guidance: float | None = None, more: dict | None = None) -> np.ndarray:
     """Run `steps` denoising steps and decode; float32 numpy in [0, 1], (H, W, C) or (F, H, W, C) for video.
     `guidance`: a guidance scale above 1 with a negative prompt (the recipe's `negative`), so that the pipeline runs
-    both branches of classifier-free guidance each step; None: the pipeline's plain call.
+    both branches of classifier-free guidance each step; None: the pipeline's plain call. `more`: other keyword
+    arguments of the call (an IP-Adapter's image embeddings).
 
     The latents come from a CPU generator seeded with `seed`, which diffusers moves to the pipeline's device, so
     the noise is the same on every rank and on CPU and GPU alike.
@@ -133,6 +134,7 @@ def run_pipeline(pipe, name: str, seed: int = common.LATENT_SEED, steps: int = c
         if spec.negative is None:
             raise HarnessError(f"the {name} pipeline is guidance-distilled: it runs no negative branch to guide with")
         kwargs.update(spec.negative(kwargs, guidance))
+    kwargs.update(more or {})
     output = pipe(
         **kwargs,
         height=common.HEIGHT,
