@@ -244,6 +244,25 @@ def test_calls_are_made_in_order_and_a_rank_may_be_made_to_leave_the_last_out(mo
         calls.make(short, SimpleNamespace(named_modules=lambda: []), None)
 
 
+def test_a_flow_control_runs_where_no_known_issue_or_a_wrong_result_stands_behind_its_clean_twin():
+    """Tensor parallelism first; past a layout with a known issue, and past a known crash where every layout has
+    one: a crash's entry would excuse the very crash a rank that left the calls out provokes on the rank that made
+    them (an IP-Adapter loaded after parallelism: `tp2` crashes, context parallelism is silently wrong)."""
+    from harness.run import flow_controls
+
+    def layout(levels):
+        def known(case_id):
+            return next((level for name, level in levels.items() if f"/{name}/" in case_id), 0)
+
+        return flow_controls.generate(["ip_adapter_after"], known)[0].case.layout.name
+
+    assert layout({}) == "tp2"
+    assert layout({"tp2": 1}) == "ulysses2"
+    assert layout({"tp2": 2, "ulysses2": 1, "ring2": 1}) == "ulysses2"
+    assert layout({"tp2": 1, "ulysses2": 2, "ring2": 2}) == "tp2"
+    assert layout({"tp2": 2, "ulysses2": 2, "ring2": 2}) == "tp2"  # a crash everywhere: the first, as before
+
+
 def test_what_calls_change_of_a_model_is_told_by_module_and_compared_by_line():
     """A processor set anew, a hook added, a LoRA layer in a projection's place, a parameter frozen or cast: what a
     rank that left a call out lacks, whatever the numbers say."""
