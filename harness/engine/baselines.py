@@ -223,8 +223,8 @@ class Prefetch:
 
 def _compiled(case: Case, draw: str | None) -> bool:
     """A compiled baseline costs a compile (tens of seconds on a CPU), an eager one a forward (a noise draw runs
-    eager)."""
-    return case.mode != EAGER and draw is None
+    eager, but for a flow that compiles: its draws make its calls too)."""
+    return flows.compiled_by(case.flow) is not None or (case.mode != EAGER and draw is None)
 
 
 def _backend(case: Case) -> str:

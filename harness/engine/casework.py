@@ -29,9 +29,10 @@ def run_case(context: RankContext, case: Case) -> tuple[object, dict]:
         built = context.build(case, reference)
     loaded = _check_load(context, case, reference, built) if checkpoint else None
     with faults.active(case.fault), warned.caught() as warnings:
+        compiled = _compiler(case)
         with context.phase("parallel setup"):
-            flow_changes = context.apply_layout(case, built)
-        compiled = _compile(context, case, built)
+            flow_changes = context.apply_layout(case, built, compiled)
+        _compile(context, case, built, compiled)
         backends.reset_dispatches()
         recorder = compiled or RunRecorder(built.module, built.kernel_scope)
         context.sync(reset_peak=True)
@@ -81,20 +82,27 @@ def _check_load(context: RankContext, case: Case, reference, built) -> dict:
             "unconfigured": unconfigured}
 
 
-def _compile(context: RankContext, case: Case, built) -> CompiledRun | None:
-    """A compiled mode: the kind's module compiled in place after the layout, and run once, the compile (its own
-    phase), then once eager for its module calls; the measured run that follows reuses the graphs, and what it
-    compiles anew counts as recompiles."""
-    mode = mode_of(case.mode)
-    if mode.backend is None:
-        return None
-    compiled = CompiledRun(mode)
+def _compiler(case: Case) -> CompiledRun | None:
+    """What compiles the case and reads its graphs: its compiled mode's, or that of a flow that compiles the model
+    by its own call (harness.flows.compiling); None for an eager case."""
+    mode = mode_of(flows.compiling_mode(case))
+    return None if mode.backend is None else CompiledRun(mode)
+
+
+def _compile(context: RankContext, case: Case, built, compiled: CompiledRun | None) -> None:
+    """A compiled case: the kind's module compiled in place after the layout (or by the flow's call already), and
+    run once, the compile (its own phase), then once eager for its module calls; the measured run that follows
+    reuses the graphs, and what it compiles anew counts as recompiles."""
+    if compiled is None:
+        return
     with context.phase("compile"), context.torch_context_parallel(case, built):
-        compiled.compile(built.module)
+        if flows.compiled_by(case.flow):
+            compiled.prepare(built.module)
+        else:
+            compiled.compile(built.module)
         built.run()
         compiled.count_calls(built)
         context.sync()
-    return compiled
 
 
 def _prove_comms(case: Case, built, recorder: RunRecorder | CompiledRun) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -17,6 +18,7 @@ from harness.core.reference import Reference, read_reference, reference_path
 from harness.kinds import kind_of
 from harness.loads import load_of
 from harness.rank import loading
+from harness.rank.compiled import fresh_compiler
 
 
 class RankContext:
@@ -62,16 +64,19 @@ class RankContext:
         with self.phase("model build"):
             return kind_of(case.kind).build(case, reference, self.device, load)
 
-    def apply_layout(self, case: Case, built) -> list[str] | None:
+    def apply_layout(self, case: Case, built, compiled=None) -> list[str] | None:
         """diffusers' own `enable_parallelism` (unless the model's load gave `from_pretrained` the config), with the
         case's flow (harness.flows) called before or after it, then what the kind adds on the mesh (the data-parallel
-        engine); what the flow's calls changed of the model on this rank (None: no flow). PyTorch's context
-        parallelism is not applied here: it wraps the run (`torch_context_parallel`)."""
+        engine); what the flow's calls changed of the model on this rank (None: no flow). A flow that compiles does
+        so through `compiled` (harness.rank.compiled.CompiledRun). PyTorch's context parallelism is not applied
+        here: it wraps the run (`torch_context_parallel`)."""
         mesh = None if built.own_mesh else self.mesh(case.layout)
         config = None if load_of(case.load).checkpoint else case.layout.diffusers_config(mesh)
         flow = flows.value_of(case.flow)
         setting = flows.Setting(self.device, case.backend, torch_dtype(case.dtype), config, built.cp_plan,
                                 built.pipeline, built.denoising)
+        if compiled is not None:
+            setting = replace(setting, compile_backend=compiled.backend)
         before = flows.make_at(flow, flows.BEFORE, built.module, setting)
         if config is not None:
             built.module.enable_parallelism(config=config, cp_plan=built.cp_plan)
@@ -87,6 +92,8 @@ class RankContext:
         value = flows.value_of(case.flow)
         if value.flow is None:
             return None
+        if value.flow.compiles:
+            fresh_compiler()  # its graphs this run's own, as a compiled case's are
         return flows.make(value.flow, built.module, self.one_device_setting(case, built), after_each)
 
     def one_device_setting(self, case: Case, built) -> flows.Setting:

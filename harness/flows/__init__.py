@@ -5,7 +5,7 @@ wherever it is read; a flow of your own is a module named in the environment var
 ranks, the selftest's generated control and the reports then take it with no other file touched.
 """
 
-from harness.flows import adapters, attention, caches, ip_adapter, memory, parallel  # noqa: F401 - each family registers its flows
+from harness.flows import adapters, attention, caches, compiling, ip_adapter, memory, parallel  # noqa: F401 - each family registers its flows
 from harness.flows.calls import make, make_at
 from harness.flows.registry import (
     AFTER,
@@ -22,6 +22,8 @@ from harness.flows.registry import (
     FlowValue,
     Refused,
     Setting,
+    compiled_by,
+    compiling_mode,
     flow,
     inputs_of,
     quick_compiled,
@@ -35,5 +37,5 @@ ENV = REGISTERED.env
 REGISTERED.import_own()
 
 __all__ = ["AFTER", "BEFORE", "CHANGES", "ENV", "KEEPS", "NONE", "ONE_DEVICE_DTYPE", "REGISTERED", "VALUES", "Call",
-           "Equivalent", "Flow", "FlowValue", "Refused", "Setting", "flow", "inputs_of", "make", "make_at",
-           "quick_compiled", "quick_values", "refusal_of", "sets_backend", "value_of"]
+           "Equivalent", "Flow", "FlowValue", "Refused", "Setting", "compiled_by", "compiling_mode", "flow",
+           "inputs_of", "make", "make_at", "quick_compiled", "quick_values", "refusal_of", "sets_backend", "value_of"]

@@ -61,6 +61,9 @@ class Setting:
     cp_plan: dict | None = None
     pipeline: object | None = None
     denoising: object | None = None  # the case's denoising loop (harness.flows.denoising) for a flow with `steps`
+    # what a flow that compiles (`Flow.compiles`) gives torch.compile: Inductor, as users compile; on a rank, the
+    # harness's reader of every graph handed to it, which compiles them by Inductor (harness.rank.compiled)
+    compile_backend: object = "inductor"
 
 
 CHANGES, KEEPS = "changes", "keeps"  # what a call must do to one device's output (`Call.effect`)
@@ -119,6 +122,9 @@ class Flow:
     # it sets the attention backend itself (the distributed-inference guide's order): the case's build leaves the
     # model's default, as a user's loaded model has it
     sets_backend: bool = False
+    # it compiles the model itself (regional compilation): the compiled mode (harness.core.modes) whose proof its case
+    # gives, read from every graph its call compiles; planned in eager mode only (a compiled mode would compile twice)
+    compiles: str | None = None
 
     @property
     def help(self) -> str:
@@ -202,6 +208,17 @@ def sets_backend(name: str) -> bool:
     """Whether the flow value `name` sets the attention backend itself: the case's build leaves the default."""
     found = value_of(name).flow
     return found is not None and found.sets_backend
+
+
+def compiled_by(name: str) -> str | None:
+    """The compiled mode the flow value `name` compiles the model in by its own call (`Flow.compiles`), or None."""
+    found = value_of(name).flow
+    return None if found is None else found.compiles
+
+
+def compiling_mode(case) -> str:
+    """The mode a case compiles in: that of a flow that compiles the model by its own call, else the case's own."""
+    return compiled_by(case.flow) or case.mode
 
 
 def inputs_of(name: str, kind: str) -> Callable | None:

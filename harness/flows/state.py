@@ -1,6 +1,7 @@
 """What a flow's calls changed of a model, in words any process can compare: per module its class, its attention
 processor (replaced or not, and its backend set or not), the hooks diffusers registered on it (and accelerate's),
-its own parameters (added, removed, cast, frozen, their values changed) and PEFT's adapter scales and merges.
+whether it is compiled, its own parameters (added, removed, cast, frozen, their values changed) and PEFT's adapter
+scales and merges.
 
 Taken before and after the calls, on every rank and on one device: a rank whose calls changed other things than one
 device's did not make the same calls (a user's `if rank == 0:` around one), even where the numbers cannot show it
@@ -32,6 +33,7 @@ def _module_state(module) -> dict:
                                                      getattr(processor, "_attention_backend", None) is not None),
         "hooks": tuple(sorted(registry.hooks)) if registry is not None else (),
         "accelerate": "_hf_hook" in vars(module),
+        "compiled": getattr(module, "_compiled_call_impl", None) is not None,  # nn.Module.compile's own attribute
         "parameters": {name: (str(value.dtype).removeprefix("torch."), value.requires_grad, _digest(value))
                        for name, value in module.named_parameters(recurse=False)},
     }
@@ -78,6 +80,8 @@ def _module_changes(old: dict, new: dict) -> list[str]:
     lines += [f"hook {hook} added" for hook in sorted(added)] + [f"hook {hook} removed" for hook in sorted(removed)]
     if old["accelerate"] != new["accelerate"]:
         lines.append("accelerate hook " + ("added" if new["accelerate"] else "removed"))
+    if old["compiled"] != new["compiled"]:
+        lines.append("compiled (torch.compile)" if new["compiled"] else "no longer compiled")
     lines += _parameter_changes(old["parameters"], new["parameters"])
     for key, what in (("scaling", "adapter scales"), ("merged", "merged adapters")):
         if old.get(key) != new.get(key):

@@ -76,18 +76,22 @@ class CompiledRun:
         self.backward = None  # the measured run's backward, recorded op by op (a RunRecorder, once compiled)
         self.inside = 0  # > 0 while a compiled graph or the recorded backward runs (the remainder looks away)
         self.remainder = _Remainder(self)  # what runs outside every graph in the measured run
-        torch._dynamo.reset()  # a fresh cache per case: its graphs are this case's own
-        torch._dynamo.utils.counters.clear()
+        fresh_compiler()
 
     def compile(self, module: torch.nn.Module) -> None:
         """In place: whole (nn.Module.compile), or each repeated block (diffusers' compile_repeated_blocks);
         every graph through `backend`."""
+        self.prepare(module)
+        _compile(module, self.mode, self.backend)
+
+    def prepare(self, module: torch.nn.Module) -> None:
+        """What reading the graphs of `module` needs, once its layout is applied: compiled here (`compile`), or
+        already by a user's call given `backend` (a flow that compiles, harness.flows.compiling)."""
         self.names = {id(sub): name for name, sub in module.named_modules()}
         self.backward = RunRecorder(module)
         blocks = getattr(module, "_repeated_blocks", None) or ()
         self.regions = [name for name, sub in module.named_modules() if type(sub).__name__ in blocks] \
             if self.mode.regional else [""]
-        _compile(module, self.mode, self.backend)
 
     def in_graphs(self, expected: list) -> list:
         """The predicted exchanges of modules the compiled graphs cover (regional: inside a repeated block); the
@@ -255,11 +259,18 @@ class CompiledRun:
         return notes
 
 
+def fresh_compiler() -> None:
+    """Dynamo's caches and counters emptied: the graphs compiled next are the run's own (and a block class compiled
+    by earlier cases cannot reach its recompile limit and fall back to eager)."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+
+
 def compile_like(mode_name: str, module: torch.nn.Module) -> None:
     """Compile `module` in place as a case of mode `mode_name` is, without recording (a single-device baseline)."""
     mode = mode_of(mode_name)
     if mode.backend is not None:
-        torch._dynamo.reset()
+        fresh_compiler()
         _compile(module, mode, mode.backend)
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from harness import flows
 from harness.core import events
 from harness.core.events import Done, Fatal, Hello, Problem, RankError, Result, Start
 from harness.core.modes import mode_of
@@ -360,9 +361,12 @@ class _Launch:
         return Problem.TIMEOUT if waited > self._limit(watch.current) else None
 
     def _limit(self, case_id: str | None) -> float:
-        """The case timeout, times its mode's factor: compiling is most of a compiled case's time."""
+        """The case timeout, times its mode's factor (or that of the mode its flow compiles in): compiling is most
+        of a compiled case's time."""
         case = self.by_id.get(case_id)
-        return self.case_timeout * (mode_of(case.mode).timeout_factor if case is not None else 1.0)
+        if case is None:
+            return self.case_timeout
+        return self.case_timeout * mode_of(flows.compiling_mode(case)).timeout_factor
 
     def _blame(self, problem: Problem, returncode) -> None:
         """Give the case in flight its outcome; if the launch died before any case started, every case."""

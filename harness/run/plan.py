@@ -98,8 +98,13 @@ def torch_cp_unfit(case: Case) -> str | None:
 
 def mode_skip(case: Case, model_class) -> str | None:
     """Why a compiled mode cannot run this case, or None: N/A where there is nothing to compile it with (a kind that
-    never compiles, regional compilation without repeated blocks), SKIP where only this machine stands in the way."""
-    mode = mode_of(case.mode)
+    never compiles, regional compilation without repeated blocks), SKIP where only this machine stands in the way.
+    A flow that compiles the model itself (`Flow.compiles`) is asked as its mode, and runs in eager mode only."""
+    compiling = flows.compiled_by(case.flow)
+    if compiling and mode_of(case.mode).backend is not None:
+        return NotApplicable(f"the {case.flow} flow compiles the model itself: the {case.mode} mode would compile it "
+                             f"again")
+    mode = mode_of(flows.compiling_mode(case))
     if mode.backend is None:
         return None
     if not kind_of(case.kind).compiles:

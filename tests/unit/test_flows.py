@@ -132,6 +132,27 @@ def test_the_image_and_train_kinds_take_the_flows_declared_for_them_only():
                 "flux/ulysses2/native/fp32/train/cache_mag"} & ids
 
 
+def test_regional_compilation_as_a_call_runs_in_eager_mode_where_the_model_has_repeated_blocks(monkeypatch):
+    """The flow compiles the model itself: a compiled mode would compile it twice (N/A), and it asks what the
+    `regional` mode asks of a model (its repeated blocks), and is timed as that mode is."""
+    from harness.catalogue.zoo import get_spec
+    from harness.core.modes import mode_of
+
+    def planned():
+        return {p.case.case_id: p.skip_reason for p in build_plan(
+            ["flux"], ["ulysses2"], ["native"], ["fp32"], kinds=["tensor"], cpu_max_ranks=4,
+            more={"flow": ["regional_compile"], "mode": ["eager", "compile"]}, compile_cases=("*",))}
+
+    reasons = planned()
+    assert reasons["flux/ulysses2/native/fp32/tensor/regional_compile"] is None
+    assert reasons["flux/ulysses2/native/fp32/tensor/regional_compile/compile"] == \
+        "the regional_compile flow compiles the model itself: the compile mode would compile it again"
+    assert flows.compiled_by("regional_compile") == "regional" and flows.compiled_by("lora") is None
+    assert mode_of(flows.compiled_by("regional_compile")).timeout_factor > 1
+    monkeypatch.setattr(get_spec("flux").model_class(), "_repeated_blocks", [])
+    assert "declares no _repeated_blocks" in planned()["flux/ulysses2/native/fp32/tensor/regional_compile"]
+
+
 def test_a_pipeline_offload_needs_an_accelerator_and_tensor_parallelism_refuses_it(monkeypatch):
     monkeypatch.setattr(scope, "_has_accelerator", lambda: False)
     plan = _plan(["ulysses2", "tp2"], ["cpu_offload", "cpu_offload_after"], kinds=("image",))
@@ -293,6 +314,10 @@ def test_what_calls_change_of_a_model_is_told_by_module_and_compared_by_line():
     model[0].processor = Processor()
     model[0].processor = Processor()
     assert state.changes(before, state.snapshot(model)) == ["0: processor replaced (Processor by Processor)"]
+    # regional compilation compiles each block in place (nn.Module.compile; nothing is traced before it runs)
+    before = state.snapshot(model)
+    model[0].compile()
+    assert state.changes(before, state.snapshot(model)) == ["0: compiled (torch.compile)"]
     assert state.compared(["x"], ["x"]) is None
     assert state.compared([], ["x", "y"]) == "2 of one device's 2 changes missing, first: x"
 
@@ -304,7 +329,8 @@ RUN = [("ulysses2", "lora_scaled", None), ("ulysses2", "lora_scaled", "lora_scal
        ("ulysses2", "processor", None), ("ulysses2", "processor_after", None), ("tp2", "lora_after", None),
        ("tp2", "add_adapter_after", None), ("ulysses2", "lora_unload", None), ("tp2", "lora_unload", None),
        ("ulysses2", "lora_hotswap_after", None), ("ulysses2", "ip_adapter_scaled", None),
-       ("ulysses2", "ip_adapter_unload_after", None), ("tp2", "ip_adapter", None)]
+       ("ulysses2", "ip_adapter_unload_after", None), ("tp2", "ip_adapter", None),
+       ("ulysses2", "regional_compile", None), ("ulysses2", "regional_compile", "flow_calls_rank0_only")]
 # The image kind's LoRA and the train kind's adapter, each beside its control: the adapter doubled on rank 1
 KINDS_RUN = [("image", "lora", None), ("image", "lora", "adapter_other_ranks"), ("train", "add_adapter", None),
              ("train", "add_adapter", "adapter_other_ranks"), ("image", "ip_adapter", None),
@@ -385,7 +411,7 @@ def test_a_lora_on_the_pipeline_and_an_adapter_in_training_match_one_device(flow
     trained = flowed["flux/ulysses2/native/fp32/train/add_adapter"]
     for result in (picture, trained):  # the flow moved one device's numbers beyond the limit, the layout matched them
         assert result.status is Status.PASS, result.reason
-        assert not any(item.check == "flow_effect" for item in result.evidence)
+        assert not any(item["check"] == "flow_effect" for item in result.evidence)
     gradients = next(block for block in trained.extra["blocks"] if block["title"].startswith("Step-1 gradients"))
     assert all(".lora_" in row[0] for row in gradients["rows"])  # PEFT froze the model: only the adapter trains
 
@@ -428,6 +454,21 @@ def test_an_ip_adapter_passes_loaded_before_context_parallelism_and_is_lost_or_c
     assert picture.status is Status.PASS and _moved(_called(picture)[0]) > 1e-2, picture.reason
     lost_picture = flowed["flux/ulysses2/native/fp32/image/ip_adapter_after"]
     assert lost_picture.status is Status.FAIL and "0 all_to_all" in lost_picture.reason
+
+
+@pytest.mark.slow
+def test_regional_compilation_before_parallelism_is_proven_from_its_graphs_and_a_rank_left_eager_is_seen(flowed):
+    """compile_repeated_blocks(fullgraph=True), then enable_parallelism: the blocks' graphs hold the exchanges and
+    the attention kernel (the compiled proof, not the eager recorder); a rank that left the call out runs its blocks
+    eager, with the same numbers, and its record of the calls tells it."""
+    compiled = flowed["flux/ulysses2/native/fp32/tensor/regional_compile"]
+    assert compiled.status is Status.PASS, compiled.reason
+    assert compiled.figure("graphs") >= 1 and compiled.figure("graph_breaks") == 0
+    assert "all_to_all" in compiled.comms and "flash_attention" in compiled.kernels
+    assert _called(compiled)[2][1].endswith("first: transformer_blocks.0: compiled (torch.compile)")
+    eager_rank = flowed["flux/ulysses2/native/fp32/tensor/regional_compile+flow_calls_rank0_only"]
+    assert eager_rank.status is Status.FAIL and any(item["check"] == "flow_calls" for item in eager_rank.evidence), \
+        eager_rank.reason
 
 
 TOY = '''
