@@ -17,7 +17,7 @@ from harness.flows.registry import BEFORE, KEEPS, Call, flow
       needs_api=("compile_repeated_blocks",), positions=(BEFORE,), compiles="regional", kinds=("tensor", "image"),
       # compiling costs tens of seconds a case on a CPU: the full plan and `--flows` run it, the quick plan's
       # compiled flows (`quick_compiled`) stand for it there. Not trained yet: under fullgraph=True every context-
-      # parallel `native` case and every tensor-parallel one crashes, and the train kind's findings are not yet
+      # parallel `native` case and flux's tensor-parallel one crash, and the train kind's findings are not yet
       # excused by entries that name this flow (docs/flows.md, "Not yet")
       quick=())
 def regional_compile(module, setting):
