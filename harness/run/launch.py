@@ -96,7 +96,8 @@ class _Watch:
             if rank not in self.dead_since and rank not in self.finished and not self._alive(rank):
                 self.dead_since[rank] = now
         reported = self.rank_errors.get(self.current, {})
-        return sorted((rank for rank in self.dead_since if rank not in reported),
+        # one seen gone before its "done" line was read (it writes the line, then exits) finished: found under load
+        return sorted((rank for rank in self.dead_since if rank not in reported and rank not in self.finished),
                       key=lambda rank: (self.dead_since[rank], rank))
 
     def stalled_for(self) -> float:
@@ -275,6 +276,8 @@ class _Launch:
             self._deliver(self.watch.poll())  # the last lines written before the problem
             if problem is Problem.RANK_ERROR and self._problem(process) is not Problem.RANK_ERROR:
                 continue  # rank 0 reported the case after all: nothing is stuck
+            if problem is Problem.RANK_DIED and not self.watch.dead_ranks():
+                continue  # the rank said it was done before it exited: rank 0 still judges the last case
             if problem.stuck:
                 self.stacks = rank_stacks(self.folder, self.watch)
                 if problem is Problem.HUNG and waiting_on_lock(self.stacks):

@@ -413,3 +413,11 @@ def test_a_rank_that_said_done_may_exit_while_rank_0_still_judges(tmp_path):
         for event in events:
             watch._on(event)
         assert watch.dead_ranks() == dead
+    # seen gone before its "done" line was read (under load, rank 0 judging the last case of the selftest's 4-rank
+    # launch): once the line is read, no death
+    watch = _Watch(tmp_path, 2)
+    for event in started:
+        watch._on(event)
+    assert watch.dead_ranks() == [1]
+    watch._on(Done(1, 0.0))
+    assert watch.dead_ranks() == []
